@@ -1,0 +1,40 @@
+"""The on-disk format: names, paths, locks, atomic writes, queues and the store.
+
+Every service imports this package; nothing else touches the data directory's layout.
+The layout is the one in PROTOCOL.md section 1, so the original PHP implementation
+can serve a directory written here and the other way round.
+"""
+
+from zosciimq.core.errors import (
+    InvalidInput,
+    MessageNotFound,
+    QueueNotFound,
+    StorageFull,
+    TooLarge,
+    TryAgain,
+    ZosciiError,
+)
+from zosciimq.core.layout import DataDir
+from zosciimq.core.names import MessageName, parse_name
+from zosciimq.core.queues import FetchResult, PublishResult, QueueStore
+from zosciimq.core.store import DataStore, StoreResult
+from zosciimq.core.upload import Upload
+
+__all__ = [
+    "DataDir",
+    "DataStore",
+    "FetchResult",
+    "InvalidInput",
+    "MessageName",
+    "MessageNotFound",
+    "PublishResult",
+    "QueueNotFound",
+    "QueueStore",
+    "StorageFull",
+    "StoreResult",
+    "TooLarge",
+    "TryAgain",
+    "Upload",
+    "ZosciiError",
+    "parse_name",
+]

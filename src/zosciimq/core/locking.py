@@ -1,0 +1,74 @@
+"""An exclusive lock that holds across threads, processes and hosts sharing a volume.
+
+``fcntl.lockf`` (POSIX record locks) is what NFS forwards to its lock manager, but its
+locks belong to the process: two threads of one gunicorn worker would both "get" it.
+So each lock path also has a process-wide ``threading.Lock`` in front of it. The kernel
+drops a process's fcntl locks when it dies, so a kill -9 never leaves a lock held.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from pathlib import Path
+from types import TracebackType
+
+# Process-wide by necessity: the thread lock for a path must be the same object for
+# every caller in this process, or threads would not exclude each other.
+_thread_locks: dict[str, threading.Lock] = {}
+_registry_lock = threading.Lock()
+
+
+def _thread_lock_for(path: str) -> threading.Lock:
+    with _registry_lock:
+        lock = _thread_locks.get(path)
+        if lock is None:
+            lock = _thread_locks[path] = threading.Lock()
+        return lock
+
+
+class FileLock:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._thread_lock = _thread_lock_for(str(path))
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self._thread_lock.acquire()
+        try:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+        except BaseException:
+            self._thread_lock.release()
+            raise
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+                self._thread_lock.release()
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

@@ -1,0 +1,186 @@
+"""Message names and the input rules around them (PROTOCOL.md sections 2 and 3).
+
+A name is ``YYYYMMDDHHNNSSCCCC-RRRR-GUID.bin``: 64 fixed-width characters whose lexical
+order is publish order, so a consumer's pointer is simply the last name it read.
+Times are always UTC (an improvement over the original's local clock), so a
+container's TZ setting can never reorder a queue.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+from zosciimq.core.errors import InvalidInput
+
+NAME_LENGTH = 64
+MAX_COUNTER = 9999
+MAX_RETENTION_DAYS = 9999
+MAX_TOKEN_LENGTH = 128
+RESERVED_QUEUES = frozenset({"temp"})  # queues/temp/ holds uploads in progress
+
+_NAME_RE = re.compile(
+    r"(?P<stamp>\d{14})(?P<counter>\d{4})-(?P<retention>\d{4})-"
+    r"(?P<guid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+    r"(?P<u>-u)?\.bin"
+)
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
+_STAMP_FORMAT = "%Y%m%d%H%M%S"
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True)
+class MessageName:
+    """A parsed message name; ``str()`` gives back the exact file name."""
+
+    stamp: str  # YYYYMMDDHHNNSS, UTC
+    counter: int
+    retention_days: int
+    guid: str
+    unidentified: bool = False
+
+    def __str__(self) -> str:
+        suffix = "-u" if self.unidentified else ""
+        return f"{self.stamp}{self.counter:04d}-{self.retention_days:04d}-{self.guid}{suffix}.bin"
+
+    @property
+    def published_at(self) -> datetime:
+        return datetime.strptime(self.stamp, _STAMP_FORMAT).replace(tzinfo=UTC)
+
+    @property
+    def expires_at(self) -> datetime:
+        """Name time + RRRR days; claireup deletes when now >= this (0000: next run)."""
+        return self.published_at + timedelta(days=self.retention_days)
+
+    def identified(self) -> MessageName:
+        return replace(self, unidentified=False)
+
+    def unidentified_variant(self) -> MessageName:
+        return replace(self, unidentified=True)
+
+    @property
+    def store_dirs(self) -> tuple[str, str, str]:
+        return store_dirs(str(self))
+
+
+def parse_name(text: str) -> MessageName:
+    """Parse a message or store name, or raise InvalidInput naming it as the original does."""
+    match = _NAME_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput(f"Invalid name '{_shorten(text)}'.")
+    stamp = match["stamp"]
+    try:
+        datetime.strptime(stamp, _STAMP_FORMAT)
+    except ValueError:
+        raise InvalidInput(f"Invalid name '{_shorten(text)}'.") from None
+    return MessageName(
+        stamp=stamp,
+        counter=int(match["counter"]),
+        retention_days=int(match["retention"]),
+        guid=match["guid"],
+        unidentified=match["u"] is not None,
+    )
+
+
+def is_message_name(text: str) -> bool:
+    try:
+        parse_name(text)
+    except InvalidInput:
+        return False
+    return True
+
+
+def new_name(
+    now: datetime, retention_days: int, *, counter: int = 0, unidentified: bool = False
+) -> MessageName:
+    return MessageName(
+        stamp=format_stamp(now),
+        counter=counter,
+        retention_days=retention_days,
+        guid=str(uuid.uuid4()),
+        unidentified=unidentified,
+    )
+
+
+def format_stamp(now: datetime) -> str:
+    if now.tzinfo is None:
+        raise ValueError("naive datetime: the core works in UTC only")
+    return now.astimezone(UTC).strftime(_STAMP_FORMAT)
+
+
+def store_dirs(name: str) -> tuple[str, str, str]:
+    """The three fan-out directories of a store name (PROTOCOL.md, "The store fan-out").
+
+    ``YYYYMMDDHHNNSSCCCC`` is reordered to ``SS NN HH DD MM YYYY CCCC``, read as a decimal
+    and written in base 36; the seconds lead, so consecutive stores spread over directories.
+    """
+    t = name[:18]
+    reordered = t[12:14] + t[10:12] + t[8:10] + t[6:8] + t[4:6] + t[0:4] + t[14:18]
+    text = to_base36(int(reordered))
+    return text[0], text[1], text[2]
+
+
+def to_base36(number: int) -> str:
+    if number == 0:
+        return "0"
+    digits = []
+    while number:
+        number, rest = divmod(number, 36)
+        digits.append(_BASE36[rest])
+    return "".join(reversed(digits))
+
+
+# --- input rules ---------------------------------------------------------------------
+# The original silently strips characters; here an input that cleaning would change is
+# an error, never a guess. The one exception is case in queue names: the original
+# lowercases them, and lowercasing loses no information a client relied on.
+
+
+def clean_queue(raw: str) -> str:
+    if not raw:
+        raise InvalidInput("Missing queue name (q).")
+    if len(raw) > MAX_TOKEN_LENGTH or not _TOKEN_RE.fullmatch(raw):
+        raise InvalidInput(
+            f"Invalid queue name '{_shorten(raw)}': use 1 to {MAX_TOKEN_LENGTH} of a-z 0-9 _ -."
+        )
+    queue = raw.lower()
+    if queue in RESERVED_QUEUES:
+        raise InvalidInput(f"Queue name '{queue}' is reserved.")
+    return queue
+
+
+def clean_nonce(raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if len(raw) > MAX_TOKEN_LENGTH or not _TOKEN_RE.fullmatch(raw):
+        raise InvalidInput(
+            f"Invalid nonce '{_shorten(raw)}': use 1 to {MAX_TOKEN_LENGTH} of a-z A-Z 0-9 _ -."
+        )
+    return raw
+
+
+def clean_retention(raw: str | None, default: int) -> int:
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 4:
+        raise InvalidInput(
+            f"Invalid retention '{_shorten(raw)}': a whole number of days, 0 to 9999."
+        )
+    return int(raw)
+
+
+def clean_pointer(raw: str | None) -> str:
+    """An ``after`` pointer: empty, or a well-formed name (never a path)."""
+    if raw is None or raw == "":
+        return ""
+    try:
+        return str(parse_name(raw))
+    except InvalidInput:
+        raise InvalidInput(f"Invalid pointer '{_shorten(raw)}': expected a message name.") from None
+
+
+def _shorten(value: object, limit: int = 100) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
