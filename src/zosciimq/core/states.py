@@ -7,6 +7,7 @@ does, so either implementation's replicator can carry on from the other's state.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from zosciimq.core.durable import atomic_write, ensure_dir
@@ -21,6 +22,21 @@ def state_path(data_dir: DataDir, source_queue: str, target_queue: str | None) -
     sq = _UNSAFE.sub("", source_queue)
     tq = _UNSAFE.sub("", target_queue) if target_queue else STORE_TARGET
     return data_dir.states / f"replikate_state_{sq}_{tq}.txt"
+
+
+def iter_state_files(data_dir: DataDir) -> Iterator[tuple[str, Path]]:
+    """``(key, path)`` of every pointer file, key = ``<sq>_<tq>``, sorted by key.
+
+    ``sq`` and ``tq`` may themselves hold underscores, so the key is not split further.
+    """
+    prefix, suffix = "replikate_state_", ".txt"
+    try:
+        paths = sorted(data_dir.states.glob(f"{prefix}*{suffix}"))
+    except FileNotFoundError:
+        return
+    for path in paths:
+        if path.is_file():
+            yield path.name[len(prefix) : -len(suffix)], path
 
 
 def read_pointer(path: Path) -> str:

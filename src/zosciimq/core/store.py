@@ -76,9 +76,10 @@ class DataStore:
         return True
 
     def exists(self, name: MessageName) -> bool:
-        return self.path_of(name.identified()).exists() or self.path_of(
-            name.unidentified_variant()
-        ).exists()
+        return (
+            self.path_of(name.identified()).exists()
+            or self.path_of(name.unidentified_variant()).exists()
+        )
 
     def _commit(self, upload: Upload, name: MessageName) -> None:
         target = self.path_of(name)
@@ -89,13 +90,14 @@ class DataStore:
             raise_if_full(exc)
             raise
 
-    def retrieve(self, raw_name: str) -> tuple[str, BinaryIO]:
-        """Open a stored message by its exact name (with or without ``-u``)."""
+    def retrieve(self, raw_name: str) -> tuple[str, BinaryIO, int]:
+        """Open a stored message by its exact name (with or without ``-u``): name, file, size."""
         name = parse_name(raw_name)
         try:
-            return str(name), open(self.path_of(name), "rb")
+            file = open(self.path_of(name), "rb")  # noqa: SIM115 - the caller closes it
         except FileNotFoundError:
             raise MessageNotFound("Message not found.") from None
+        return str(name), file, os.fstat(file.fileno()).st_size
 
     def scan(self) -> list[str]:
         """Every unidentified store name, sorted (a full walk: scan is a listing by nature)."""
@@ -132,6 +134,33 @@ class DataStore:
                         for entry in entries:
                             if entry.name.endswith(".bin") and is_message_name(entry.name):
                                 yield Path(entry.path), entry.name
+
+
+def fanout_roots(data_dir: DataDir) -> list[Path]:
+    """The store's first-level fan-out directories (at most 36).
+
+    They split a full walk of the store into independent pieces of work, so a parallel
+    scanner (statissa's Spark job) lists only these and walks each one elsewhere.
+    """
+    return _subdirs(data_dir.store)
+
+
+def iter_fanout_entries(root: Path) -> Iterator[os.DirEntry[str]]:
+    """Every file entry in the level-3 directories below one ``fanout_roots`` directory.
+
+    Yields raw directory entries (names not yet validated) so a caller can take sizes
+    from them and count malformed names instead of silently skipping them.
+    """
+    for level2 in _subdirs(root):
+        for level3 in _subdirs(level2):
+            try:
+                entries = os.scandir(level3)
+            except FileNotFoundError:
+                continue  # removed while walking
+            with entries:
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False):
+                        yield entry
 
 
 def _subdirs(path: Path) -> list[Path]:

@@ -1,0 +1,49 @@
+"""gunicorn configuration for the api, driven by the same typed settings as the app.
+
+gthread workers: a thread per request, so a slow 1 GB upload never stalls the worker's
+heartbeat; several processes, so one crash costs only its own requests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from zoscii_api.settings import ApiSettings
+
+_settings = ApiSettings.from_env()
+
+# prometheus-client picks its multiprocess mode from this variable at import time, so it
+# must be set here, before any worker imports the app.
+_metrics_dir = os.environ.setdefault(
+    "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="zoscii-api-metrics-")
+)
+
+bind = [_settings.bind]
+workers = _settings.workers
+threads = _settings.threads
+worker_class = "gthread"
+timeout = _settings.timeout_seconds
+graceful_timeout = 30
+keepalive = 5
+limit_request_line = 8190  # the most gunicorn allows: GET publishes carry msg in the URL
+limit_request_fields = 100
+limit_request_field_size = 8190
+accesslog = "-"
+errorlog = "-"
+loglevel = os.environ.get("ZOSCII_LOG_LEVEL", "info")
+access_log_format = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms'
+wsgi_app = "zoscii_api.app:create_app()"
+
+
+def on_starting(server: object) -> None:
+    """Start with empty metrics files: stale ones from a previous run would add up."""
+    shutil.rmtree(_metrics_dir, ignore_errors=True)
+    os.makedirs(_metrics_dir, exist_ok=True)
+
+
+def child_exit(server: object, worker: object) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]

@@ -1,0 +1,166 @@
+"""The six actions: validate the parameters, call the core, shape the reply.
+
+Nothing here touches a path: every file-system effect goes through zosciimq.core.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flask import Request, Response
+
+from zoscii_api.metrics import ApiMetrics
+from zoscii_api.params import RequestParams
+from zoscii_api.responses import envelope, message_response
+from zoscii_api.settings import ApiSettings
+from zosciimq.core import DataStore, InvalidInput, QueueStore, Upload, parse_name
+from zosciimq.core.names import clean_nonce, clean_pointer, clean_queue, clean_retention
+
+MAX_IDENTIFY_NAMES = 10_000
+
+
+class ActionDisabled(InvalidInput):
+    """An action switched off by ZOSCII_ACTIONS (the original's ALLOW_* switches)."""
+
+
+class QueueBlocked(InvalidInput):
+    """A publish to a queue on ZOSCII_BLOCKED_QUEUES."""
+
+
+class MissingMessage(InvalidInput):
+    """publish or store without ``msg``."""
+
+
+@dataclass
+class Actions:
+    settings: ApiSettings
+    queues: QueueStore
+    store: DataStore
+    metrics: ApiMetrics
+
+    def handler(self, action: str) -> Callable[[Request, RequestParams], Response]:
+        handlers = {
+            "publish": self.publish,
+            "fetch": self.fetch,
+            "store": self.store_message,
+            "retrieve": self.retrieve,
+            "scan": self.scan,
+            "identify": self.identify,
+        }
+        if action not in handlers:
+            raise InvalidInput(f"Unknown action '{action[:40]}'.")
+        if action not in self.settings.enabled_actions:
+            raise ActionDisabled(f"Action '{action}' is disabled on this server.")
+        return handlers[action]
+
+    def check_queue(self, action: str, raw_queue: str | None) -> str:
+        """Queue name rules, checked before any body is read when q is in the URL."""
+        queue = clean_queue(raw_queue or "")
+        if action == "publish" and queue in self.settings.blocked_queues:
+            raise QueueBlocked(f"Publishing to queue '{queue}' is not allowed.")
+        return queue
+
+    # --- queues -----------------------------------------------------------------------
+    def publish(self, request: Request, params: RequestParams) -> Response:
+        queue = self.check_queue("publish", params.text("q"))
+        retention = clean_retention(params.text("r"), self.settings.core.default_retention_days)
+        nonce = clean_nonce(params.text("n"))
+        upload = _require_message(params)
+        result = self.queues.publish(queue, upload, retention_days=retention, nonce=nonce)
+        if result.duplicate:
+            return envelope(message="Nonce already used.")
+        self.metrics.published.labels(queue).inc()
+        self.metrics.received_bytes.labels("publish").inc(upload.size)
+        return envelope(message="Message published.")
+
+    def fetch(self, request: Request, params: RequestParams) -> Response:
+        queue = clean_queue(params.text("q") or "")
+        after = clean_pointer(_basename_check(params.text("after"), "after"))
+        offset = _whole_number(params.text("offset"), "offset")
+        length = _whole_number(params.text("length"), "length")
+        result = self.queues.fetch(queue, after)
+        if result.file is None:
+            if result.queue_empty:
+                return envelope(message="Queue is empty.")
+            return envelope(message="No new messages.")
+        response = message_response(
+            request, result.name, result.file, result.size, offset=offset, length=length
+        )
+        self.metrics.fetched.labels(queue).inc()
+        self.metrics.sent_bytes.labels("fetch").inc(response.content_length or 0)
+        return response
+
+    # --- the store ---------------------------------------------------------------------
+    def store_message(self, request: Request, params: RequestParams) -> Response:
+        retention = clean_retention(params.text("r"), self.settings.core.default_retention_days)
+        nonce = clean_nonce(params.text("n"))
+        unidentified = _flag(params.text("u"), "u")
+        upload = _require_message(params)
+        result = self.store.store(
+            upload, retention_days=retention, nonce=nonce, unidentified=unidentified
+        )
+        if result.duplicate:
+            return envelope(message="Nonce already used.")
+        self.metrics.received_bytes.labels("store").inc(upload.size)
+        return envelope(message="Message stored.", result=result.name)
+
+    def retrieve(self, request: Request, params: RequestParams) -> Response:
+        raw = _basename_check(params.text("name"), "name")
+        if not raw:
+            raise InvalidInput("Missing name.")
+        name, file, size = self.store.retrieve(raw)
+        offset = _whole_number(params.text("offset"), "offset")
+        length = _whole_number(params.text("length"), "length")
+        response = message_response(request, name, file, size, offset=offset, length=length)
+        self.metrics.sent_bytes.labels("retrieve").inc(response.content_length or 0)
+        return response
+
+    def scan(self, request: Request, params: RequestParams) -> Response:
+        return envelope(result=self.store.scan())
+
+    def identify(self, request: Request, params: RequestParams) -> Response:
+        raw = params.utf8("names")
+        if raw is None:
+            raise InvalidInput("Missing names (a JSON list of store names).")
+        try:
+            names = json.loads(raw)
+        except ValueError:
+            raise InvalidInput("Parameter 'names' is not valid JSON.") from None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InvalidInput("Parameter 'names' must be a JSON list of strings.")
+        if len(names) > MAX_IDENTIFY_NAMES:
+            raise InvalidInput(f"At most {MAX_IDENTIFY_NAMES} names per identify.")
+        parsed = [parse_name(_basename_check(n, "names")) for n in names]
+        renamed = self.store.identify(parsed)
+        return envelope(message="Returned messages identified.", result=renamed)
+
+
+def _require_message(params: RequestParams) -> Upload:
+    if params.upload is None:
+        raise MissingMessage("Missing message (msg).")
+    return params.upload
+
+
+def _basename_check(raw: str | None, name: str) -> str:
+    """The original reduces these to a basename; here a path is an error, not a guess."""
+    if raw and ("/" in raw or "\\" in raw or "\x00" in raw):
+        raise InvalidInput(f"Parameter '{name}' must be a file name, not a path.")
+    return raw or ""
+
+
+def _whole_number(raw: str | None, name: str) -> int:
+    if raw is None or raw == "":
+        return 0
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        raise InvalidInput(f"Parameter '{name}' must be a whole number of bytes.")
+    return int(raw)
+
+
+def _flag(raw: str | None, name: str) -> bool:
+    if raw in (None, "", "0"):
+        return False
+    if raw == "1":
+        return True
+    raise InvalidInput(f"Parameter '{name}' must be 0 or 1.")

@@ -1,0 +1,104 @@
+"""The two kinds of reply: the JSON envelope and a message as binary.
+
+A client tells them apart by ``Content-Disposition`` (PROTOCOL.md 3), never by the
+body, since a stored message may itself be JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from flask import Request, Response
+from werkzeug.wsgi import wrap_file
+
+from zosciimq.core import InvalidInput
+
+SYSTEM = "ZOSCII MQ"
+VERSION = "1.0"
+READ_CHUNK = 1 << 20
+
+
+class RangeNotSatisfiable(InvalidInput):
+    """An offset at or past the end, or an HTTP Range outside the message."""
+
+
+def envelope(
+    *, error: str = "", message: str = "", result: Any = None, status: int = 200
+) -> Response:
+    body = {
+        "system": SYSTEM,
+        "version": VERSION,
+        "error": error,
+        "message": message,
+        "result": [] if result is None else result,
+    }
+    return Response(
+        json.dumps(body, separators=(",", ":")) + "\n",
+        status=status,
+        mimetype="application/json",
+    )
+
+
+def message_response(
+    request: Request, name: str, file: BinaryIO, size: int, *, offset: int, length: int
+) -> Response:
+    """The whole message (zero-copy sendfile under gunicorn), or a part of it.
+
+    ``offset``/``length`` is the original's partial read; HTTP ``Range`` is parsed by
+    werkzeug. Either way the bytes come from the already-open file, so a message the
+    cleaner deletes meanwhile is still served whole.
+    """
+    headers = {"Content-Disposition": f'attachment; filename="{name}"', "Accept-Ranges": "bytes"}
+    if offset or length:
+        if offset >= size:
+            file.close()
+            raise RangeNotSatisfiable(f"Offset {offset} is at or past the end ({size} bytes).")
+        stop = size if length == 0 or offset + length > size else offset + length
+        headers |= {"X-ZOSCII-Offset": str(offset), "X-ZOSCII-Total-Length": str(size)}
+        return _part(file, offset, stop, headers, status=200)
+    if request.range is not None:
+        span = request.range.range_for_length(size)
+        if span is None:
+            file.close()
+            response = envelope(error="Requested range not satisfiable.", status=416)
+            response.headers["Content-Range"] = f"bytes */{size}"
+            return response
+        start, stop = span
+        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+        return _part(file, start, stop, headers, status=206)
+    response = Response(
+        wrap_file(request.environ, file, READ_CHUNK),
+        mimetype="application/octet-stream",
+        headers=headers,
+        direct_passthrough=True,
+    )
+    response.content_length = size
+    return response
+
+
+def _part(file: BinaryIO, start: int, stop: int, headers: dict[str, str], status: int) -> Response:
+    response = Response(
+        _read_span(file, start, stop),
+        status=status,
+        mimetype="application/octet-stream",
+        headers=headers,
+        direct_passthrough=True,
+    )
+    response.content_length = stop - start
+    return response
+
+
+def _read_span(file: BinaryIO, start: int, stop: int) -> Iterator[bytes]:
+    try:
+        fd, position = file.fileno(), start
+        while position < stop:
+            chunk = os.pread(fd, min(READ_CHUNK, stop - position), position)
+            if not chunk:
+                return
+            position += len(chunk)
+            yield chunk
+    finally:
+        file.close()

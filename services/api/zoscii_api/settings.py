@@ -1,0 +1,54 @@
+"""The api's configuration: one typed object, read from the environment at start."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zosciimq.settings import (
+    CoreSettings,
+    SettingsError,
+    env_int,
+    env_list,
+    env_str,
+)
+
+ACTIONS = ("publish", "fetch", "store", "retrieve", "scan", "identify")
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    core: CoreSettings = field(default_factory=CoreSettings)
+    max_message_bytes: int = 1 << 30  # 1 GiB
+    max_field_bytes: int = 1 << 20  # any parameter other than msg
+    enabled_actions: frozenset[str] = frozenset(ACTIONS)
+    blocked_queues: frozenset[str] = frozenset()
+    bind: str = "0.0.0.0:8080"
+    workers: int = 2
+    threads: int = 8
+    timeout_seconds: int = 120
+
+    @property
+    def data_dir(self) -> Path:
+        return self.core.data_dir
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
+        env = os.environ if env is None else env
+        actions = frozenset(a.lower() for a in env_list(env, "ZOSCII_ACTIONS", ACTIONS))
+        unknown = actions - set(ACTIONS)
+        if unknown:
+            raise SettingsError(f"ZOSCII_ACTIONS: unknown action(s) {sorted(unknown)}")
+        return cls(
+            core=CoreSettings.from_env(env),
+            max_message_bytes=env_int(env, "ZOSCII_MAX_MESSAGE_BYTES", 1 << 30, minimum=1),
+            max_field_bytes=env_int(env, "ZOSCII_MAX_FIELD_BYTES", 1 << 20, minimum=1024),
+            enabled_actions=actions,
+            blocked_queues=frozenset(q.lower() for q in env_list(env, "ZOSCII_BLOCKED_QUEUES", ())),
+            bind=env_str(env, "ZOSCII_BIND", "0.0.0.0:8080"),
+            workers=env_int(env, "ZOSCII_WORKERS", 2, minimum=1, maximum=256),
+            threads=env_int(env, "ZOSCII_THREADS", 8, minimum=1, maximum=1024),
+            timeout_seconds=env_int(env, "ZOSCII_TIMEOUT_SECONDS", 120, minimum=1),
+        )
