@@ -8,6 +8,7 @@ drops a process's fcntl locks when it dies, so a kill -9 never leaves a lock hel
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -50,6 +51,35 @@ class FileLock:
             self._fd = fd
         except BaseException:
             self._thread_lock.release()
+            raise
+
+    def try_acquire(self) -> bool:
+        """Take the lock if nobody holds it, without waiting: False when it is held.
+
+        For work that should be skipped rather than queued behind another holder
+        (a replication job already running in another container).
+        """
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        try:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EACCES, errno.EAGAIN):
+                    self._thread_lock.release()
+                    return False
+                raise
+            self._fd = fd
+            return True
+        except BaseException:
+            if self._fd is None:
+                self._thread_lock.release()
             raise
 
     def release(self) -> None:

@@ -1,0 +1,84 @@
+"""A Python client for the ZOSCII MQ HTTP API (this project's and the original's).
+
+    from zosciimq.client import ZosciiClient, FilePointerStore
+
+    with ZosciiClient("http://mq.example.com/") as mq:
+        mq.publish("orders", b"...", retention_days=7)
+        with mq.consume("orders", FilePointerStore("orders.pointer")) as consumer:
+            for message in consumer:
+                handle(message.name, message.data)
+
+Errors are typed (``zosciimq.client.errors``); binary payloads stay byte-exact.
+"""
+
+from zosciimq.client.client import Message, Mode, Published, ZosciiClient, new_nonce
+from zosciimq.client.consumer import Consumer
+from zosciimq.client.download import DownloadResult
+from zosciimq.client.errors import (
+    BadHeaders,
+    BadMessageName,
+    DeadlineExceeded,
+    Forbidden,
+    InternalServerError,
+    InvalidInput,
+    MessageNotFound,
+    NotFound,
+    NotZosciiReply,
+    OutOfOrder,
+    ProtocolError,
+    QueueNotFound,
+    RangeNotSatisfiable,
+    ReplyTooLarge,
+    ServerError,
+    StorageFull,
+    Timeout,
+    TooLarge,
+    TransportError,
+    TruncatedReply,
+    TryAgain,
+    ZosciiClientError,
+)
+from zosciimq.client.payload import PayloadTooLarge
+from zosciimq.client.pointers import FilePointerStore, MemoryPointerStore, PointerStore
+from zosciimq.client.replies import Envelope, Received, ReplyInfo
+from zosciimq.client.transport import TransportOptions
+
+__all__ = [
+    "BadHeaders",
+    "BadMessageName",
+    "Consumer",
+    "DeadlineExceeded",
+    "DownloadResult",
+    "Envelope",
+    "FilePointerStore",
+    "Forbidden",
+    "InternalServerError",
+    "InvalidInput",
+    "MemoryPointerStore",
+    "Message",
+    "MessageNotFound",
+    "Mode",
+    "NotFound",
+    "NotZosciiReply",
+    "OutOfOrder",
+    "PayloadTooLarge",
+    "PointerStore",
+    "ProtocolError",
+    "Published",
+    "QueueNotFound",
+    "RangeNotSatisfiable",
+    "Received",
+    "ReplyInfo",
+    "ReplyTooLarge",
+    "ServerError",
+    "StorageFull",
+    "Timeout",
+    "TooLarge",
+    "TransportError",
+    "TransportOptions",
+    "TruncatedReply",
+    "TryAgain",
+    "ZosciiClient",
+    "ZosciiClientError",
+    "new_nonce",
+]

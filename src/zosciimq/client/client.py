@@ -1,0 +1,391 @@
+"""``ZosciiClient``: every action of the ZOSCII MQ API over one reused HTTP session.
+
+Two modes:
+
+* ``"default"``: small messages as urlencoded POST forms, large ones and files as a
+  raw-body POST streamed from disk (this project's improvement), reads by GET, and
+  HTTP ``Range`` for resuming store downloads.
+* ``"original"`` (alias ``"compat"``): only what the original PHP implementation
+  understands, every action as an urlencoded POST form, as its replikate.php does.
+
+The urlencoded form is byte-exact for binary messages: requests percent-encodes the raw
+bytes of a ``bytes`` value, and the server decodes them back to the same bytes.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import requests
+import urllib3.exceptions
+
+from zosciimq.client.errors import (
+    BadHeaders,
+    DeadlineExceeded,
+    NotZosciiReply,
+    Timeout,
+    TransportError,
+    TruncatedReply,
+    ZosciiClientError,
+)
+from zosciimq.client.payload import MessageSource, Payload
+from zosciimq.client.replies import (
+    Envelope,
+    Received,
+    SinkFactory,
+    check_headers,
+    is_binary,
+    read_envelope,
+    receive_message,
+)
+from zosciimq.client.transport import TransportOptions, build_session, deadline
+
+Mode = Literal["default", "original", "compat"]
+DEFAULT_STREAM_THRESHOLD = 1 << 20
+DEFAULT_MAX_ENVELOPE_BYTES = 64 << 20
+DEFAULT_MAX_HEADER_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message read whole into memory."""
+
+    name: str
+    data: bytes
+    offset: int = 0
+    total_length: int | None = None
+
+
+@dataclass(frozen=True)
+class Published:
+    """Reply to publish/store. ``nonce`` is what was sent, so a caller can retry with it."""
+
+    nonce: str | None
+    message: str
+    name: str | None = None  # store only: the stored name (None when the nonce was used)
+
+
+def new_nonce() -> str:
+    return str(uuid.uuid4())
+
+
+class ZosciiClient:
+    """A client for one server endpoint (``http://host/`` or ``http://host/index.php``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        mode: Mode = "default",
+        options: TransportOptions | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: tuple[str, str] | requests.auth.AuthBase | None = None,
+        session: requests.Session | None = None,
+        max_message_bytes: int | None = None,
+        max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        stream_threshold: int = DEFAULT_STREAM_THRESHOLD,
+    ) -> None:
+        if mode not in ("default", "original", "compat"):
+            raise ValueError(f"unknown mode {mode!r}: use 'default' or 'original'")
+        self.url = url
+        self.original = mode != "default"
+        self.options = options or TransportOptions()
+        self.session = session or build_session(self.options, dict(headers or {}))
+        if auth is not None:
+            self.session.auth = auth
+        self.max_message_bytes = max_message_bytes
+        self.max_envelope_bytes = max_envelope_bytes
+        self.max_header_bytes = max_header_bytes
+        self.stream_threshold = stream_threshold
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> ZosciiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- queues ------------------------------------------------------------------------
+    def publish(
+        self,
+        queue: str,
+        message: MessageSource,
+        *,
+        retention_days: int | None = None,
+        nonce: str | None = None,
+    ) -> Published:
+        """Publish; a fresh nonce (uuid4) is used unless given, so retries never duplicate."""
+        nonce = nonce or new_nonce()
+        params = {"action": "publish", "q": queue, "n": nonce}
+        if retention_days is not None:
+            params["r"] = str(retention_days)
+        envelope = self._send_message(params, message)
+        return Published(nonce=nonce, message=envelope.message)
+
+    def fetch(
+        self, queue: str, after: str = "", *, offset: int = 0, length: int = 0
+    ) -> Message | None:
+        """The first message after ``after``, or None when there is nothing (new)."""
+        buffer = io.BytesIO()
+        received = self.fetch_into(queue, after, lambda _info: buffer, offset=offset, length=length)
+        if received is None:
+            return None
+        return Message(received.name, buffer.getvalue(), received.offset, received.total_length)
+
+    def fetch_into(
+        self,
+        queue: str,
+        after: str,
+        open_sink: SinkFactory,
+        *,
+        offset: int = 0,
+        length: int = 0,
+        headers: Mapping[str, str] | None = None,
+    ) -> Received | None:
+        """Stream the next message into ``open_sink(info)``; None when there is none.
+
+        The name is checked (a message name, sorting after ``after``) before the sink
+        is opened; the body is checked against its declared length after.
+        """
+        params = {"action": "fetch", "q": queue}
+        if after:
+            params["after"] = after
+        if offset:
+            params["offset"] = str(offset)
+        if length:
+            params["length"] = str(length)
+        return self._read_message(params, open_sink, after=after, headers=headers)
+
+    def consume(self, queue: str, pointer: Any = None, **kwargs: Any) -> Any:
+        """A ``Consumer`` of ``queue`` whose pointer lives in ``pointer`` (a PointerStore)."""
+        from zosciimq.client.consumer import Consumer
+
+        return Consumer(self, queue, pointer, **kwargs)
+
+    # --- the store -----------------------------------------------------------------------
+    def store(
+        self,
+        message: MessageSource,
+        *,
+        retention_days: int | None = None,
+        nonce: str | None = None,
+        unidentified: bool = False,
+    ) -> Published:
+        """Store; ``name`` of the reply is the stored name (None when the nonce was used)."""
+        nonce = nonce or new_nonce()
+        params = {"action": "store", "n": nonce}
+        if retention_days is not None:
+            params["r"] = str(retention_days)
+        if unidentified:
+            params["u"] = "1"
+        envelope = self._send_message(params, message)
+        name = envelope.result if isinstance(envelope.result, str) and envelope.result else None
+        return Published(nonce=nonce, message=envelope.message, name=name)
+
+    def retrieve(self, name: str, *, offset: int = 0, length: int = 0) -> Message:
+        buffer = io.BytesIO()
+        received = self.retrieve_into(name, lambda _info: buffer, offset=offset, length=length)
+        return Message(received.name, buffer.getvalue(), received.offset, received.total_length)
+
+    def retrieve_into(
+        self,
+        name: str,
+        open_sink: SinkFactory,
+        *,
+        offset: int = 0,
+        length: int = 0,
+        headers: Mapping[str, str] | None = None,
+    ) -> Received:
+        params = {"action": "retrieve", "name": name}
+        if offset:
+            params["offset"] = str(offset)
+        if length:
+            params["length"] = str(length)
+        received = self._read_message(params, open_sink, expect_name=name, headers=headers)
+        if received is None:
+            raise NotZosciiReply("retrieve answered with an envelope that reports no error")
+        return received
+
+    def scan(self) -> list[str]:
+        """Every unidentified (``-u``) store name."""
+        return _names(self._call({"action": "scan"}).result)
+
+    def identify(self, names: Iterable[str]) -> list[str]:
+        """Mark store names as identified; returns the new names of those renamed."""
+        envelope = self._call({"action": "identify", "names": json.dumps(list(names))})
+        return _names(envelope.result)
+
+    def welcome(self) -> str:
+        """The server's plain-text greeting: a cheap check that it is there."""
+        with self._exchange("GET", {}) as response:
+            return response.text
+
+    # --- resumable downloads -------------------------------------------------------------
+    def download(self, queue: str, dest: Path | str, *, after: str = "", **kwargs: Any) -> Any:
+        """Fetch the message after ``after`` into ``dest``, resuming an interrupted try."""
+        from zosciimq.client.download import Download
+
+        return Download(self, Path(dest), queue=queue, after=after, **kwargs).run()
+
+    def download_stored(self, name: str, dest: Path | str, **kwargs: Any) -> Any:
+        """Retrieve a stored message into ``dest``, resuming an interrupted try."""
+        from zosciimq.client.download import Download
+
+        return Download(self, Path(dest), name=name, **kwargs).run()
+
+    # --- plumbing ------------------------------------------------------------------------
+    def _send_message(self, params: dict[str, str], message: MessageSource) -> Envelope:
+        payload = Payload.from_source(message, self.max_message_bytes)
+        try:
+            if self.original or payload.size <= self.stream_threshold:
+                return self._call({**params, "msg": payload.read_all()}, method="POST")
+            with self._exchange(
+                "POST",
+                params,
+                body=payload.body(),
+                headers={"Content-Type": "application/octet-stream"},
+            ) as response:
+                return self._envelope(response)
+        finally:
+            payload.close()
+
+    def _call(self, params: dict[str, Any], method: str | None = None) -> Envelope:
+        method = method or ("POST" if self.original else "GET")
+        with self._exchange(method, params) as response:
+            return self._envelope(response)
+
+    def _envelope(self, response: requests.Response) -> Envelope:
+        if is_binary(response):
+            raise NotZosciiReply("expected a JSON envelope, got a binary reply")
+        return read_envelope(response, self.max_envelope_bytes)
+
+    def _read_message(
+        self,
+        params: dict[str, str],
+        open_sink: SinkFactory,
+        *,
+        after: str | None = None,
+        expect_name: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Received | None:
+        method = "POST" if self.original else "GET"
+        with self._exchange(method, params, headers=headers) as response:
+            if not is_binary(response):
+                self._envelope(response)  # raises the typed error, if any
+                return None
+            return receive_message(
+                response,
+                open_sink,
+                max_bytes=self.max_message_bytes,
+                after=after,
+                expect_name=expect_name,
+            )
+
+    @contextmanager
+    def _exchange(
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Iterator[requests.Response]:
+        """One request under the overall deadline, network failures turned into our errors.
+
+        Form requests carry the parameters in the body; GET and raw-body POST in the URL.
+        """
+        form = method == "POST" and body is None
+        with deadline(self.options.deadline) as current:
+            try:
+                response = self.session.request(
+                    method,
+                    self.url,
+                    params=None if form else params,
+                    data=params if form else body,
+                    headers=dict(headers or {}),
+                    timeout=(self.options.connect_timeout, self.options.read_timeout),
+                    stream=True,
+                    allow_redirects=False,
+                )
+            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+                raise _transport_error(
+                    exc, expired=current is not None and current.expired
+                ) from exc
+            try:
+                check_headers(response, self.max_header_bytes)
+                if 300 <= response.status_code < 400:
+                    raise NotZosciiReply(
+                        f"HTTP {response.status_code} redirect to "
+                        f"{response.headers.get('Location', '?')[:200]!r}: use that URL",
+                        status=response.status_code,
+                    )
+                yield response
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+                # Only the reply's own read errors: a sink's OSError (local disk) passes.
+                raise _transport_error(
+                    exc, expired=current is not None and current.expired
+                ) from exc
+            finally:
+                response.close()
+
+
+def _transport_error(exc: BaseException, *, expired: bool) -> ZosciiClientError:
+    """Name what went wrong on the wire, looking through requests' and urllib3's wrappers."""
+    if expired:
+        error: ZosciiClientError = DeadlineExceeded(f"overall deadline passed: {exc}")
+    else:
+        causes = list(_causes(exc))
+        if any(isinstance(c, DeadlineExceeded) for c in causes):
+            error = next(c for c in causes if isinstance(c, DeadlineExceeded))
+        elif any(isinstance(c, (http.client.LineTooLong,)) for c in causes) or any(
+            isinstance(c, http.client.HTTPException) and "more than" in str(c) for c in causes
+        ):
+            error = BadHeaders(f"unacceptable reply headers: {exc}")
+        elif any(
+            isinstance(c, (urllib3.exceptions.IncompleteRead, http.client.IncompleteRead))
+            for c in causes
+        ) or isinstance(exc, requests.exceptions.ChunkedEncodingError):
+            error = TruncatedReply(f"reply body cut short: {exc}")
+        elif isinstance(exc, requests.Timeout) or any(
+            isinstance(c, (TimeoutError, urllib3.exceptions.TimeoutError)) for c in causes
+        ):
+            error = Timeout(f"timed out: {exc}")
+        else:
+            error = TransportError(f"cannot reach the server: {exc}")
+    return error
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """Every exception wrapped in ``exc``: args, ``reason``, cause and context, once each."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        for arg in getattr(current, "args", ()):
+            if isinstance(arg, BaseException):
+                stack.append(arg)
+        for attr in ("reason", "__cause__", "__context__"):
+            inner = getattr(current, attr, None)
+            if isinstance(inner, BaseException):
+                stack.append(inner)
+
+
+def _names(result: Any) -> list[str]:
+    if not isinstance(result, list) or not all(isinstance(n, str) for n in result):
+        raise NotZosciiReply(f"expected a list of names, got {str(result)[:80]!r}")
+    return result

@@ -1,0 +1,180 @@
+"""Typed errors of the client.
+
+Three families, so a caller can decide what to do without reading any text:
+
+* ``TransportError``: the server could not be reached or did not answer in time
+  (after the configured retries). Retrying later is the right response.
+* ``ProtocolError``: something answered, but not a ZOSCII MQ reply that can be trusted
+  (HTML, someone else's JSON, a truncated body, a bad file name). Nothing was used.
+* ``ServerError``: a well-formed envelope whose ``error`` is set. The subclass is chosen
+  from the HTTP status (this project) or, for the original implementation, which always
+  answers 200, from the envelope's ``error``; never from its ``message``.
+
+Every error has a short ``reason`` (a fixed vocabulary, safe as a metrics label).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ZosciiClientError(Exception):
+    reason = "error"
+
+
+# --- the network -----------------------------------------------------------------------
+class TransportError(ZosciiClientError):
+    reason = "unreachable"
+
+
+class Timeout(TransportError):
+    reason = "timeout"
+
+
+class DeadlineExceeded(TransportError):
+    """The overall time allowed for one request ran out (a slow drip of bytes)."""
+
+    reason = "deadline"
+
+
+# --- replies that cannot be trusted ------------------------------------------------------
+class ProtocolError(ZosciiClientError):
+    reason = "not_zoscii"
+
+    def __init__(self, text: str, *, status: int | None = None) -> None:
+        super().__init__(text)
+        self.status = status
+
+
+class NotZosciiReply(ProtocolError):
+    """HTML, garbage, JSON that is not a ZOSCII MQ envelope, or an unexpected status."""
+
+    reason = "not_zoscii"
+
+
+class BadHeaders(ProtocolError):
+    reason = "bad_headers"
+
+
+class BadMessageName(ProtocolError):
+    """A binary reply whose Content-Disposition file name is missing or not a message name."""
+
+    reason = "bad_name"
+
+
+class OutOfOrder(ProtocolError):
+    """A fetch reply whose name does not sort after the pointer that was asked for."""
+
+    reason = "out_of_order"
+
+
+class TruncatedReply(ProtocolError):
+    reason = "truncated"
+
+
+class ReplyTooLarge(ProtocolError):
+    reason = "too_large"
+
+
+# --- errors the server reported ----------------------------------------------------------
+class ServerError(ZosciiClientError):
+    """The envelope's ``error`` was set; ``envelope`` holds the whole reply."""
+
+    reason = "server_error"
+
+    def __init__(self, error: str, *, status: int, envelope: dict[str, Any]) -> None:
+        super().__init__(error)
+        self.error = error
+        self.status = status
+        self.envelope = envelope
+
+
+class InvalidInput(ServerError):
+    reason = "invalid_input"
+
+
+class Forbidden(ServerError):
+    """The action is switched off on the server, or publishing to that queue is blocked."""
+
+    reason = "forbidden"
+
+
+class NotFound(ServerError):
+    reason = "not_found"
+
+
+class QueueNotFound(NotFound):
+    pass
+
+
+class MessageNotFound(NotFound):
+    pass
+
+
+class RangeNotSatisfiable(ServerError):
+    reason = "range"
+
+
+class TooLarge(ServerError):
+    reason = "too_large"
+
+
+class TryAgain(ServerError):
+    reason = "try_again"
+
+
+class StorageFull(ServerError):
+    reason = "storage_full"
+
+
+class InternalServerError(ServerError):
+    reason = "server_error"
+
+
+_BY_STATUS: dict[int, type[ServerError]] = {
+    400: InvalidInput,
+    403: Forbidden,
+    404: NotFound,
+    413: TooLarge,
+    416: RangeNotSatisfiable,
+    429: TryAgain,
+    503: TryAgain,
+    507: StorageFull,
+}
+
+
+def server_error(error: str, *, status: int, envelope: dict[str, Any]) -> ServerError:
+    """The typed error for an envelope with ``error`` set."""
+    kind = _BY_STATUS.get(status)
+    if kind is None:
+        kind = _from_text(error) if status < 400 else InternalServerError
+    if kind is NotFound:
+        kind = _not_found_kind(error)
+    return kind(error, status=status, envelope=envelope)
+
+
+def _from_text(error: str) -> type[ServerError]:
+    """The original answers 200 on errors: its ``error`` texts are all there is."""
+    text = error.lower()
+    if "not found" in text or "does not exist" in text:
+        return NotFound
+    if "disabled" in text or "not allowed" in text or "blocked" in text:
+        return Forbidden
+    if "too large" in text or "larger than" in text:
+        return TooLarge
+    if "try again" in text:
+        return TryAgain
+    if "no space" in text:
+        return StorageFull
+    if text.startswith(("invalid", "missing", "unknown")):
+        return InvalidInput
+    return ServerError
+
+
+def _not_found_kind(error: str) -> type[NotFound]:
+    text = error.lower()
+    if text.startswith("queue"):
+        return QueueNotFound
+    if text.startswith("message"):
+        return MessageNotFound
+    return NotFound

@@ -1,0 +1,233 @@
+"""The api as it runs: gunicorn, several workers, several processes on one volume."""
+
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.api_server import ApiServer
+
+GIB = 1 << 30
+
+
+def published(reply: requests.Response) -> bool:
+    return reply.status_code == 200 and reply.json()["error"] == ""
+
+
+def follow(url: str, queue: str, stop: threading.Event, seen: list[tuple[str, bytes]]) -> None:
+    """A pointer-following consumer, running until told to stop and then caught up."""
+    session, after = requests.Session(), ""
+    while True:
+        reply = session.get(url, params={"action": "fetch", "q": queue, "after": after})
+        if "Content-Disposition" in reply.headers:
+            after = reply.headers["Content-Disposition"].split('"')[1]
+            seen.append((after, reply.content))
+            continue
+        if stop.is_set():
+            return
+        time.sleep(0.005)
+
+
+def test_ordering_across_workers_and_api_processes(tmp_path: Path) -> None:
+    """8 publishers over two api processes (2 workers each) on one data directory while a
+    consumer follows by pointer: every acknowledged message once, in name order."""
+    data_dir = tmp_path / "data"
+    servers = [ApiServer(data_dir, workers=2).start() for _ in range(2)]
+    try:
+        requests.get(servers[0].url, params={"action": "publish", "q": "q", "msg": "first"})
+        acked: dict[bytes, None] = {}
+        lock = threading.Lock()
+        seen: list[tuple[str, bytes]] = []
+        stop = threading.Event()
+        consumer = threading.Thread(target=follow, args=(servers[1].url, "q", stop, seen))
+        consumer.start()
+
+        def publisher(number: int) -> None:
+            session = requests.Session()
+            for i in range(60):
+                payload = f"{number}-{i}".encode() + bytes([number, i, 0, 255])
+                url = servers[(number + i) % 2].url
+                reply = session.post(
+                    url,
+                    params={"action": "publish", "q": "q"},
+                    data=payload,
+                    headers={"Content-Type": "application/octet-stream"},
+                )
+                if published(reply):
+                    with lock:
+                        acked[payload] = None
+
+        threads = [threading.Thread(target=publisher, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stop.set()
+        consumer.join(timeout=60)
+        names = [name for name, _ in seen]
+        assert names == sorted(names), "the consumer saw a name lower than one it had read"
+        assert len(names) == len(set(names)) == 1 + 8 * 60
+        assert [body for _, body in seen[1:]] and set(acked) == {b for _, b in seen[1:]}
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_metrics_add_up_across_workers(tmp_path: Path) -> None:
+    server = ApiServer(tmp_path / "data", workers=3).start()
+    try:
+        pids = set()
+        for i in range(30):  # a new connection each time, so the workers share the load
+            reply = requests.get(
+                server.url,
+                params={"action": "publish", "q": "m", "msg": "x" * i},
+                headers={"Connection": "close"},
+            )
+            assert published(reply)
+        pids = set(server.worker_pids())
+        assert len(pids) == 3
+        text = requests.get(server.url + "metrics").text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("zoscii_api_messages_published_total", (("queue", "m"),))] == 30
+        assert samples[("zoscii_api_received_bytes_total", (("action", "publish"),))] == sum(
+            range(30)
+        )
+    finally:
+        server.stop()
+
+
+def test_kill_9_of_the_api_loses_no_acknowledged_message(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    server = ApiServer(data_dir, workers=2).start()
+    acked: dict[bytes, None] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def publisher(number: int) -> None:
+        session = requests.Session()
+        i = 0
+        while not stop.is_set():
+            payload = hashlib.sha256(f"{number}-{i}".encode()).digest() * (1 + i % 50)
+            i += 1
+            try:
+                reply = session.post(
+                    server.url,
+                    params={"action": "publish", "q": "k"},
+                    data=payload,
+                    headers={"Content-Type": "application/x-raw"},
+                    timeout=10,
+                )
+            except requests.RequestException:
+                continue
+            if published(reply):
+                with lock:
+                    acked[payload] = None
+
+    threads = [threading.Thread(target=publisher, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    while len(acked) < 300:
+        time.sleep(0.01)
+    server.kill()
+    stop.set()
+    for thread in threads:
+        thread.join()
+
+    restarted = ApiServer(data_dir, workers=2).start()
+    try:
+        seen: list[tuple[str, bytes]] = []
+        follow(restarted.url, "k", _set_event(), seen)
+        bodies = [body for _, body in seen]
+        names = [name for name, _ in seen]
+        assert names == sorted(names) and len(set(names)) == len(names)
+        assert set(acked) <= set(bodies), f"lost {len(set(acked) - set(bodies))} acknowledged"
+        for body in bodies:  # anything visible is whole (one in flight may or may not be)
+            block = body[:32]
+            assert body == block * (len(body) // 32)
+        leftovers = [p for p in (data_dir / "queues" / "k").iterdir() if p.name not in set(names)]
+        assert leftovers == []
+    finally:
+        restarted.stop()
+
+
+def _set_event() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
+
+
+def _chunks(total: int, block: bytes):
+    sent = 0
+    while sent < total:
+        piece = block[: total - sent]
+        sent += len(piece)
+        yield piece
+
+
+@pytest.mark.slow
+def test_a_gigabyte_passes_with_flat_worker_memory(tmp_path: Path) -> None:
+    server = ApiServer(tmp_path / "data", workers=1, threads=2).start()
+    try:
+        worker = psutil.Process(server.worker_pids()[0])
+        baseline = worker.memory_info().rss
+        peak = [baseline]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], worker.memory_info().rss)
+                time.sleep(0.02)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        block = os.urandom(1 << 20)
+        expected = hashlib.sha256()
+        for piece in _chunks(GIB, block):
+            expected.update(piece)
+        reply = requests.post(
+            server.url,
+            params={"action": "publish", "q": "big"},
+            data=_chunks(GIB, block),
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        assert published(reply), reply.text
+        got = hashlib.sha256()
+        size = 0
+        with requests.get(server.url, params={"action": "fetch", "q": "big"}, stream=True) as r:
+            assert r.headers["Content-Length"] == str(GIB)
+            for piece in r.iter_content(1 << 20):
+                got.update(piece)
+                size += len(piece)
+        done.set()
+        sampler.join()
+        assert size == GIB and got.hexdigest() == expected.hexdigest()
+        growth = peak[0] - baseline
+        print(f"worker RSS baseline {baseline >> 20} MiB, peak {peak[0] >> 20} MiB")
+        assert growth < 64 << 20, f"worker memory grew by {growth >> 20} MiB"
+    finally:
+        server.stop()
+
+
+def test_oversized_body_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    server = ApiServer(tmp_path / "data", env={"ZOSCII_MAX_MESSAGE_BYTES": "1000"}).start()
+    try:
+        reply = requests.post(
+            server.url,
+            params={"action": "publish", "q": "a"},
+            data=b"x" * 1001,
+            headers={"Content-Type": "application/x-raw"},
+        )
+        assert reply.status_code == 413 and reply.json()["error"]
+        assert list((tmp_path / "data" / "queues" / "temp").iterdir()) == []
+    finally:
+        server.stop()
