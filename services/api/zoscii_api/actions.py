@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from flask import Request, Response
 
+from zoscii_api.auth import Client
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams
 from zoscii_api.responses import envelope, message_response
@@ -54,6 +55,13 @@ class Actions:
         if action not in self.settings.enabled_actions:
             raise ActionDisabled(f"Action '{action}' is disabled on this server.")
         return handlers[action]
+
+    def authorize(self, client: Client | None, action: str, raw_queue: str | None) -> None:
+        """Access control (a no-op when it is off); queue actions check the cleaned name."""
+        if client is None:
+            return
+        queue = self.check_queue(action, raw_queue) if action in ("publish", "fetch") else None
+        self.settings.access.authorize(client, action, queue)
 
     def check_queue(self, action: str, raw_queue: str | None) -> str:
         """Queue name rules, checked before any body is read when q is in the URL."""

@@ -14,6 +14,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from zoscii_api.actions import ActionDisabled, Actions, QueueBlocked
+from zoscii_api.auth import Client, Forbidden, Unauthenticated
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams, read_params
 from zoscii_api.responses import RangeNotSatisfiable, envelope
@@ -40,6 +41,8 @@ FORM_OVERHEAD = 3  # urlencoding at most triples a message
 
 # Most specific first: the first class that matches decides the status.
 STATUS_OF: tuple[tuple[type[ZosciiError], int], ...] = (
+    (Unauthenticated, 401),
+    (Forbidden, 403),
     (ActionDisabled, 403),
     (QueueBlocked, 403),
     (RangeNotSatisfiable, 416),
@@ -100,6 +103,11 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
 
     @app.get("/metrics")
     def metrics_page() -> Response:
+        try:  # label values are queue names: with access control on, they need a right
+            client = settings.access.authenticate(request.headers.get("Authorization"))
+            settings.access.authorize(client, "metrics")
+        except ZosciiError as exc:
+            return _error_response(exc)
         body, content_type = metrics.exposition()
         return Response(body, content_type=content_type)
 
@@ -131,7 +139,8 @@ def _handle(settings: ApiSettings, data_dir: DataDir, actions: Actions) -> Respo
     # Look at action and q from the URL before reading a body that may be 1 GB:
     # a disabled action, a blocked queue or an oversized body is refused up front.
     peek = dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True))
-    _check_early(settings, actions, peek)
+    client = settings.access.authenticate(request.headers.get("Authorization"))
+    _check_early(settings, actions, peek, client)
     has_body = (
         bool(request.content_length)
         or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
@@ -145,12 +154,14 @@ def _handle(settings: ApiSettings, data_dir: DataDir, actions: Actions) -> Respo
         max_field_bytes=settings.max_field_bytes,
     )
     try:
-        return _dispatch(actions, params)
+        return _dispatch(actions, params, client)
     finally:
         params.close()
 
 
-def _check_early(settings: ApiSettings, actions: Actions, peek: dict[str, str]) -> None:
+def _check_early(
+    settings: ApiSettings, actions: Actions, peek: dict[str, str], client: Client | None
+) -> None:
     limit = settings.max_message_bytes * FORM_OVERHEAD + settings.max_field_bytes
     if request.content_length and request.content_length > limit:
         request.environ["zoscii.action"] = _action_label(peek.get("action", ""))
@@ -159,16 +170,22 @@ def _check_early(settings: ApiSettings, actions: Actions, peek: dict[str, str]) 
     if action:
         request.environ["zoscii.action"] = _action_label(action)
         actions.handler(action)
-        if action == "publish" and peek.get("q"):
-            actions.check_queue(action, peek["q"])
+        if action in ("publish", "fetch"):
+            if peek.get("q"):
+                actions.check_queue(action, peek["q"])
+                actions.authorize(client, action, peek["q"])
+        else:
+            actions.authorize(client, action, None)
 
 
-def _dispatch(actions: Actions, params: RequestParams) -> Response:
+def _dispatch(actions: Actions, params: RequestParams, client: Client | None) -> Response:
     action = params.text("action")
     if not action:
         return Response(WELCOME, mimetype="text/plain")
     request.environ["zoscii.action"] = _action_label(action)
-    return actions.handler(action)(request, params)
+    handler = actions.handler(action)
+    actions.authorize(client, action, params.text("q"))
+    return handler(request, params)
 
 
 def _action_label(action: str) -> str:
@@ -181,4 +198,7 @@ def _error_response(exc: ZosciiError) -> Response:
     response = envelope(error=str(exc), status=status)
     if status == 503:
         response.headers["Retry-After"] = "1"
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="zoscii", Basic realm="zoscii"'
+
     return response

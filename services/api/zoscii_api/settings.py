@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zoscii_api.auth import AccessControl, load_access_control
 from zosciimq.settings import (
     CoreSettings,
     SettingsError,
@@ -29,6 +30,9 @@ class ApiSettings:
     workers: int = 2
     threads: int = 8
     timeout_seconds: int = 120
+    tls_cert: str = ""
+    tls_key: str = ""
+    access: AccessControl = field(default_factory=lambda: AccessControl([]))
 
     @property
     def data_dir(self) -> Path:
@@ -51,4 +55,7 @@ class ApiSettings:
             workers=env_int(env, "ZOSCII_WORKERS", 2, minimum=1, maximum=256),
             threads=env_int(env, "ZOSCII_THREADS", 8, minimum=1, maximum=1024),
             timeout_seconds=env_int(env, "ZOSCII_TIMEOUT_SECONDS", 120, minimum=1),
+            tls_cert=env_str(env, "ZOSCII_TLS_CERT", ""),
+            tls_key=env_str(env, "ZOSCII_TLS_KEY", ""),
+            access=load_access_control(env),
         )

@@ -1,0 +1,158 @@
+"""Access control: scopes on every action, hashes only, Basic for the original's clients."""
+
+import base64
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from zoscii_api.app import create_app
+from zoscii_api.auth import parse_clients
+from zoscii_api.settings import ApiSettings
+from zosciimq.core import parse_name
+from zosciimq.settings import CoreSettings, SettingsError
+
+PARTNER, OPS, READER = "partner-secret-0123456789", "ops-secret-9876543210", "reader-secret-5555"
+
+
+def sha(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+CLIENTS = f"""
+[[clients]]
+name = "partner"
+token_sha256 = "{sha(PARTNER)}"
+username = "partner"
+write = ["inbox_*"]
+read = ["outbox"]
+
+[[clients]]
+name = "ops"
+token_sha256 = "{sha(OPS)}"
+read = ["*"]
+write = ["*"]
+actions = ["store", "retrieve", "scan", "identify", "metrics"]
+
+[[clients]]
+name = "reader"
+token_sha256 = "{sha(READER)}"
+read = ["outbox"]
+"""
+
+
+@pytest.fixture
+def client(tmp_path: Path):
+    from zoscii_api.auth import AccessControl
+
+    settings = ApiSettings(
+        core=CoreSettings(data_dir=tmp_path / "data"),
+        access=AccessControl(parse_clients(CLIENTS)),
+    )
+    return create_app(settings).test_client()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def status(reply) -> tuple[int, str]:
+    return reply.status_code, reply.get_json()["error"]
+
+
+def test_no_credentials_is_401_with_a_challenge(client) -> None:
+    reply = client.get("/?action=fetch&q=outbox")
+    assert reply.status_code == 401 and "Bearer" in reply.headers["WWW-Authenticate"]
+    assert (
+        client.get("/?action=publish&q=inbox_a&msg=x", headers=bearer("wrong")).status_code == 401
+    )
+
+
+def test_queue_scopes(client, tmp_path) -> None:
+    assert status(client.get("/?action=publish&q=inbox_a&msg=x", headers=bearer(PARTNER)))[0] == 200
+    assert client.get("/?action=publish&q=outbox&msg=x", headers=bearer(PARTNER)).status_code == 403
+    assert client.get("/?action=fetch&q=inbox_a", headers=bearer(PARTNER)).status_code == 403
+    assert client.get("/?action=publish&q=outbox&msg=o", headers=bearer(OPS)).status_code == 200
+    assert client.get("/?action=fetch&q=outbox", headers=bearer(READER)).data == b"o"
+    assert client.get("/?action=publish&q=outbox&msg=x", headers=bearer(READER)).status_code == 403
+    assert sorted(p.name for p in (tmp_path / "data" / "queues").iterdir()) == [
+        "inbox_a",
+        "outbox",
+        "temp",
+    ]
+    assert len(list((tmp_path / "data" / "queues" / "outbox").iterdir())) == 1
+
+
+def test_queue_scope_is_checked_on_the_form_body_too(client) -> None:
+    reply = client.post(
+        "/", data={"action": "publish", "q": "outbox", "msg": "x"}, headers=bearer(PARTNER)
+    )
+    assert reply.status_code == 403
+
+
+@pytest.mark.parametrize("action", ["store", "retrieve", "scan", "identify"])
+def test_store_actions_need_their_right(client, action: str) -> None:
+    name = "202511021826110000-0030-9cc1980a-1719-440a-9650-6991c9cba11d.bin"
+    url = f"/?action={action}&msg=x&names=[]&name={name}"
+    assert client.get(url, headers=bearer(PARTNER)).status_code == 403
+    assert client.get(url, headers=bearer(OPS)).status_code in (200, 404)
+
+
+def test_basic_auth_for_original_clients(client) -> None:
+    assert (
+        client.get(
+            "/?action=publish&q=inbox_b&msg=x", headers=basic("partner", PARTNER)
+        ).status_code
+        == 200
+    )
+    assert (
+        client.get("/?action=publish&q=inbox_b&msg=x", headers=basic("ops", PARTNER)).status_code
+        == 401
+    )
+    assert client.get("/?action=scan", headers={"Authorization": "Basic !!!"}).status_code == 401
+
+
+def test_metrics_need_a_right_when_access_control_is_on(client) -> None:
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=bearer(PARTNER)).status_code == 403
+    assert client.get("/metrics", headers=bearer(OPS)).status_code == 200
+    assert client.get("/healthz").status_code == 200
+
+
+def test_secrets_are_not_kept_or_logged(client, caplog) -> None:
+    clients = parse_clients(CLIENTS)
+    assert PARTNER not in repr(clients)
+    client.get("/?action=fetch&q=outbox", headers=bearer(PARTNER + "x"))
+    assert PARTNER not in caplog.text
+
+
+def test_bad_access_files_fail_at_start() -> None:
+    for text in (
+        "[[clients]]\nname='x'\n",
+        "[[clients]]\ntoken_sha256='abc'\n",
+        "x = [",
+        f"[[clients]]\ntoken_sha256='{sha('a')}'\nactions=['drop']\n",
+    ):
+        with pytest.raises(SettingsError):
+            parse_clients(text)
+
+
+def test_access_control_is_off_by_default(tmp_path) -> None:
+    settings = ApiSettings.from_env({"ZOSCII_DATA_DIR": str(tmp_path)})
+    assert not settings.access.enabled
+    app = create_app(settings).test_client()
+    assert app.get("/?action=publish&q=a&msg=x").status_code == 200
+    assert parse_name(app.get("/?action=fetch&q=a").headers["Content-Disposition"].split('"')[1])
+
+
+def test_access_control_from_the_environment(tmp_path) -> None:
+    path = tmp_path / "clients.toml"
+    path.write_text(CLIENTS)
+    assert ApiSettings.from_env({"ZOSCII_AUTH_FILE": str(path)}).access.enabled
+    assert ApiSettings.from_env({"ZOSCII_AUTH_CLIENTS": CLIENTS}).access.enabled
+    with pytest.raises(SettingsError):
+        ApiSettings.from_env({"ZOSCII_AUTH_FILE": str(tmp_path / "missing.toml")})
