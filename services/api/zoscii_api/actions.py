@@ -134,7 +134,7 @@ class Actions:
             raise InvalidInput("Missing names (a JSON list of store names).")
         try:
             names = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidInput("Parameter 'names' is not valid JSON.") from None
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise InvalidInput("Parameter 'names' must be a JSON list of strings.")

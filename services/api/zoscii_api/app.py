@@ -5,6 +5,7 @@ Request flow, one way: HTTP (this module, params, responses) -> core -> disk.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from importlib import resources
@@ -36,6 +37,12 @@ from zosciimq.core.queues import Clock, utc_now
 
 log = logging.getLogger("zoscii.api")
 
+
+class WrongMethod(InvalidInput):
+    """HEAD on an action that writes: HEAD must be safe."""
+
+
+WRITE_ACTIONS = frozenset({"publish", "store", "identify"})
 WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.yaml\n"
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
 
@@ -46,6 +53,7 @@ STATUS_OF: tuple[tuple[type[ZosciiError], int], ...] = (
     (ActionDisabled, 403),
     (QueueBlocked, 403),
     (RangeNotSatisfiable, 416),
+    (WrongMethod, 405),
     (InvalidInput, 400),
     (QueueNotFound, 404),
     (MessageNotFound, 404),
@@ -94,11 +102,8 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     def healthz() -> Response:
         problem = data_dir.check_writable()
         if problem:
-            return Response(
-                f'{{"status":"unavailable","reason":"{problem}"}}\n',
-                503,
-                mimetype="application/json",
-            )
+            body = json.dumps({"status": "unavailable", "reason": problem})
+            return Response(body + "\n", 503, mimetype="application/json")
         return Response('{"status":"ok"}\n', mimetype="application/json")
 
     @app.get("/metrics")
@@ -119,8 +124,9 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
         response = envelope(error=exc.description or exc.name, status=exc.code or 500)
-        if exc.code == 405:
-            response.headers["Allow"] = "GET, HEAD, POST"
+        valid = getattr(exc, "valid_methods", None)
+        if exc.code == 405 and valid:
+            response.headers["Allow"] = ", ".join(sorted(valid))
         return response
 
     return app
@@ -184,6 +190,8 @@ def _dispatch(actions: Actions, params: RequestParams, client: Client | None) ->
         return Response(WELCOME, mimetype="text/plain")
     request.environ["zoscii.action"] = _action_label(action)
     handler = actions.handler(action)
+    if request.method == "HEAD" and action in WRITE_ACTIONS:
+        raise WrongMethod(f"Action '{action}' changes data: use GET or POST, not HEAD.")
     actions.authorize(client, action, params.text("q"))
     return handler(request, params)
 
@@ -198,6 +206,8 @@ def _error_response(exc: ZosciiError) -> Response:
     response = envelope(error=str(exc), status=status)
     if status == 503:
         response.headers["Retry-After"] = "1"
+    if status == 405:
+        response.headers["Allow"] = "GET, POST"
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="zoscii", Basic realm="zoscii"'
 

@@ -27,6 +27,8 @@ from typing import Any, Literal
 import requests
 import urllib3.exceptions
 
+from zosciimq.client.consumer import Consumer
+from zosciimq.client.download import Download, DownloadResult, Progress
 from zosciimq.client.errors import (
     BadHeaders,
     DeadlineExceeded,
@@ -37,6 +39,7 @@ from zosciimq.client.errors import (
     ZosciiClientError,
 )
 from zosciimq.client.payload import MessageSource, Payload
+from zosciimq.client.pointers import PointerStore
 from zosciimq.client.replies import (
     Envelope,
     Received,
@@ -46,7 +49,7 @@ from zosciimq.client.replies import (
     read_envelope,
     receive_message,
 )
-from zosciimq.client.transport import TransportOptions, build_session, deadline
+from zosciimq.client.transport import Deadline, TransportOptions, build_session, deadline
 
 Mode = Literal["default", "original", "compat"]
 DEFAULT_STREAM_THRESHOLD = 1 << 20
@@ -167,11 +170,9 @@ class ZosciiClient:
             params["length"] = str(length)
         return self._read_message(params, open_sink, after=after, headers=headers)
 
-    def consume(self, queue: str, pointer: Any = None, **kwargs: Any) -> Any:
-        """A ``Consumer`` of ``queue`` whose pointer lives in ``pointer`` (a PointerStore)."""
-        from zosciimq.client.consumer import Consumer
-
-        return Consumer(self, queue, pointer, **kwargs)
+    def consume(self, queue: str, pointer: PointerStore | None = None, **options: Any) -> Consumer:
+        """A ``Consumer`` of ``queue`` whose pointer lives in ``pointer`` (see consumer.py)."""
+        return Consumer(self, queue, pointer, **options)
 
     # --- the store -----------------------------------------------------------------------
     def store(
@@ -223,7 +224,9 @@ class ZosciiClient:
 
     def identify(self, names: Iterable[str]) -> list[str]:
         """Mark store names as identified; returns the new names of those renamed."""
-        envelope = self._call({"action": "identify", "names": json.dumps(list(names))})
+        # a form body: a long list of names would not fit in a URL
+        params = {"action": "identify", "names": json.dumps(list(names))}
+        envelope = self._call(params, method="POST")
         return _names(envelope.result)
 
     def welcome(self) -> str:
@@ -232,17 +235,27 @@ class ZosciiClient:
             return response.text
 
     # --- resumable downloads -------------------------------------------------------------
-    def download(self, queue: str, dest: Path | str, *, after: str = "", **kwargs: Any) -> Any:
-        """Fetch the message after ``after`` into ``dest``, resuming an interrupted try."""
-        from zosciimq.client.download import Download
+    def download(
+        self,
+        queue: str,
+        dest: Path | str,
+        *,
+        after: str = "",
+        on_progress: Progress | None = None,
+    ) -> DownloadResult | None:
+        """Fetch the message after ``after`` into ``dest``, resuming an interrupted try.
 
-        return Download(self, Path(dest), queue=queue, after=after, **kwargs).run()
+        None when there is no such message. ``on_progress(bytes_on_disk, total)``.
+        """
+        return Download(self, Path(dest), queue=queue, after=after, on_progress=on_progress).run()
 
-    def download_stored(self, name: str, dest: Path | str, **kwargs: Any) -> Any:
+    def download_stored(
+        self, name: str, dest: Path | str, *, on_progress: Progress | None = None
+    ) -> DownloadResult:
         """Retrieve a stored message into ``dest``, resuming an interrupted try."""
-        from zosciimq.client.download import Download
-
-        return Download(self, Path(dest), name=name, **kwargs).run()
+        result = Download(self, Path(dest), name=name, on_progress=on_progress).run()
+        assert result is not None  # retrieve answers a message or raises
+        return result
 
     # --- plumbing ------------------------------------------------------------------------
     def _send_message(self, params: dict[str, str], message: MessageSource) -> Envelope:
@@ -323,6 +336,7 @@ class ZosciiClient:
                     exc, expired=current is not None and current.expired
                 ) from exc
             try:
+                _check_deadline(current)  # a reply cut by the deadline can look complete
                 check_headers(response, self.max_header_bytes)
                 if 300 <= response.status_code < 400:
                     raise NotZosciiReply(
@@ -331,6 +345,7 @@ class ZosciiClient:
                         status=response.status_code,
                     )
                 yield response
+                _check_deadline(current)
             except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
                 # Only the reply's own read errors: a sink's OSError (local disk) passes.
                 raise _transport_error(
@@ -338,6 +353,11 @@ class ZosciiClient:
                 ) from exc
             finally:
                 response.close()
+
+
+def _check_deadline(current: Deadline | None) -> None:
+    if current is not None:
+        current.check()
 
 
 def _transport_error(exc: BaseException, *, expired: bool) -> ZosciiClientError:
@@ -357,6 +377,8 @@ def _transport_error(exc: BaseException, *, expired: bool) -> ZosciiClientError:
             for c in causes
         ) or isinstance(exc, requests.exceptions.ChunkedEncodingError):
             error = TruncatedReply(f"reply body cut short: {exc}")
+        elif any(isinstance(c, urllib3.exceptions.NewConnectionError) for c in causes):
+            error = TransportError(f"cannot connect: {exc}")  # a subclass of the timeout, oddly
         elif isinstance(exc, requests.Timeout) or any(
             isinstance(c, (TimeoutError, urllib3.exceptions.TimeoutError)) for c in causes
         ):

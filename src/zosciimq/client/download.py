@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from zosciimq.client.errors import NotZosciiReply, TruncatedReply
+from zosciimq.client.errors import NotZosciiReply, RangeNotSatisfiable, TruncatedReply
 from zosciimq.client.replies import Received, ReplyInfo
 from zosciimq.core.durable import atomic_write, fsync_dir, unlink_quietly
 
@@ -67,7 +67,12 @@ class Download:
         if state and state.get("total") is not None and resumed_from == state["total"]:
             return self._finish(state["name"], resumed_from, resumed_from)
         try:
-            received = self._transfer(state, resumed_from)
+            try:
+                received = self._transfer(state, resumed_from)
+            except RangeNotSatisfiable:
+                if not resumed_from:
+                    raise
+                raise _Restart from None  # a shorter message answers now: ours is gone
         except _Restart:
             self._discard()
             state, resumed_from = None, 0

@@ -12,6 +12,7 @@ import errno
 import fcntl
 import os
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -44,7 +45,7 @@ class FileLock:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.lockf(fd, fcntl.LOCK_EX)
+                _lock_waiting(fd)
             except BaseException:
                 os.close(fd)
                 raise
@@ -102,3 +103,22 @@ class FileLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def _lock_waiting(fd: int) -> None:
+    """``lockf(LOCK_EX)``, retrying the kernel's false deadlock reports.
+
+    POSIX locks belong to processes, so when threads of two processes each hold one lock
+    and wait for another (nonce shard, then queue), the kernel sees a cycle between the
+    two *processes* and fails with EDEADLK, although the holders are different threads
+    that will release in order. Every caller takes locks in one global order (nonce, then
+    queue), so a real deadlock cannot happen: wait a moment and try again.
+    """
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EDEADLK:
+                raise
+            time.sleep(0.001)

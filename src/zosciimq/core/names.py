@@ -13,6 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 
 from zosciimq.core.errors import InvalidInput
 
@@ -55,7 +56,7 @@ class MessageName:
         """Name time + RRRR days; claireup deletes when now >= this (0000: next run)."""
         return self.published_at + timedelta(days=self.retention_days)
 
-    @property
+    @cached_property
     def published_timestamp(self) -> int:
         """``published_at`` as Unix seconds, without strptime: cheap enough for bulk scans."""
         s = self.stamp

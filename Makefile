@@ -1,0 +1,69 @@
+# ZOSCII MQ: developer entry points.
+#
+#   make images    build the four images offline (wheelhouse, local bases if needed)
+#   make up        images, then start the stack and wait until it is healthy
+#   make down      stop and remove the containers (the data volume is kept;
+#                  `make down DOWN_ARGS=-v` deletes it too)
+#   make logs      follow the logs          make ps    show the containers
+#
+# Variables (command line or environment):
+#   PROJECT=zoscii           compose project name (containers zoscii_api_1, volume zoscii_zoscii_data)
+#   IMAGE_TAG=dev            tag of zoscii/{api,replikate,claireup,statissa}
+#   COMPOSE_FILES=-f docker-compose.yml     e.g. '-f deploy/compose.bind.yml' for the bind-mount
+#                            variant, or add '-f deploy/compose.replikate.yml' for a jobs file
+#   UP_TIMEOUT=240           seconds `make up` waits for all containers to be healthy
+#   BASE=auto|public|local   base image choice of deploy/images.sh
+
+SHELL := /bin/bash
+
+PROJECT ?= zoscii
+IMAGE_TAG ?= dev
+COMPOSE_FILES ?= -f docker-compose.yml
+UP_TIMEOUT ?= 240
+DOWN_ARGS ?=
+export IMAGE_TAG
+
+# `docker compose` (v2) when the CLI has it, else docker-compose (v1.29).
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+COMPOSE_CMD = $(COMPOSE) -p $(PROJECT) --project-directory . $(COMPOSE_FILES)
+
+.PHONY: help images wheelhouse base-images up down logs ps
+
+help:
+	@sed -n '2,20p' Makefile | sed 's/^# \{0,1\}//'
+
+# ---- images and stack (deploy/) ---------------------------------------------------
+
+wheelhouse:
+	deploy/wheelhouse.sh
+
+base-images:
+	deploy/base/build-base.sh all
+
+images:
+	deploy/images.sh
+
+up: images
+	$(COMPOSE_CMD) up -d --no-build --remove-orphans
+	@deploy/wait-healthy.sh $(UP_TIMEOUT) $(COMPOSE_CMD)
+	@api=$$($(COMPOSE_CMD) port api 8080 | sed 's/^0\.0\.0\.0/localhost/'); \
+	 stats=$$($(COMPOSE_CMD) port statissa 9103 | sed 's/^0\.0\.0\.0/localhost/'); \
+	 echo; \
+	 echo "  API:         http://$$api/   (index.php works too)"; \
+	 echo "  API metrics: http://$$api/metrics"; \
+	 echo "  Statistics:  http://$$stats/   (/metrics, /stats.json)"; \
+	 echo "  replikate:   http://$$($(COMPOSE_CMD) port replikate 9101)/metrics"; \
+	 echo "  claireup:    http://$$($(COMPOSE_CMD) port claireup 9102)/metrics"
+
+down:
+	$(COMPOSE_CMD) down $(DOWN_ARGS)
+
+logs:
+	$(COMPOSE_CMD) logs -f --tail=100
+
+ps:
+	$(COMPOSE_CMD) ps
+
+# ---- tests (added by the test owners) ----------------------------------------------
+
+# ---- benchmarks (added by the bench owners) -----------------------------------------

@@ -1,0 +1,362 @@
+"""One retention run over a data directory (PROTOCOL.md 5), safe beside live services.
+
+Why it cannot lose a publish or confuse a consumer:
+
+* every decision is made per file from that file's own name (messages) or its own
+  ``stat`` (nonce markers, upload leftovers), read just before it is unlinked, never from
+  a listing taken earlier; names are unique, so a file that appears later is judged anew;
+* directories are never removed: a publisher may be about to rename into one;
+* after deleting from a queue, the queue's index is rebuilt under the queue lock
+  (``QueueStore.rebuild_index``), and fetch finds "the first name after the pointer" by
+  order, so a consumer whose pointer names a deleted message gets the next one;
+* lock files are never removed: a process waiting on the old inode would hold a lock
+  that a newcomer, opening a fresh file, would hold as well.
+
+Directories are streamed with ``os.scandir`` (memory does not grow with the file count)
+and a stop event is checked before every file, so SIGTERM ends a run within one file and
+a rerun simply carries on: nothing is remembered between runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from zoscii_claireup.report import (
+    AREA_INDEX,
+    AREA_NONCE,
+    AREA_QUEUE,
+    AREA_STORE,
+    AREA_TEMP,
+    RunReport,
+    Tally,
+)
+from zoscii_claireup.retention import ExpiryRule, older_than
+from zosciimq.core import DataDir, QueueStore, parse_name
+from zosciimq.core.errors import InvalidInput
+from zosciimq.core.locking import FileLock
+from zosciimq.core.names import RESERVED_QUEUES, MessageName, clean_nonce, clean_queue
+from zosciimq.core.nonces import Nonces
+from zosciimq.core.queues import utc_now
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+# Called for each file a dry run would delete: (path, size in bytes).
+DryRunSink = Callable[[str, int], None]
+
+STORE_DEPTH = 3  # store/<d1>/<d2>/<d3>/<name>.bin
+INDEX_SUFFIX = ".idx"
+TMP_SUFFIX = ".tmp"  # durable.atomic_write / index.rebuild leftovers: ".<name>.<hex>.tmp"
+
+
+class Interrupted(Exception):
+    """The stop event was set (SIGTERM): the run ends after the current file."""
+
+
+class Cleaner:
+    def __init__(
+        self,
+        data_dir: DataDir,
+        *,
+        nonce_window_seconds: int,
+        temp_max_age_seconds: int,
+        clock: Clock = utc_now,
+        stop: threading.Event | None = None,
+        progress_every_files: int = 100_000,
+        progress_every_seconds: float = 30.0,
+        report_limit: int = 100,
+        dry_run_sink: DryRunSink | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.nonce_window_seconds = nonce_window_seconds
+        self.temp_max_age_seconds = temp_max_age_seconds
+        self.clock = clock
+        self.stop = stop or threading.Event()
+        self.progress_every_files = progress_every_files
+        self.progress_every_seconds = progress_every_seconds
+        self.report_limit = report_limit
+        self.dry_run_sink = dry_run_sink
+
+    def run(self, *, dry_run: bool = False) -> RunReport:
+        """Delete (or, dry, list) everything due as of the clock's time at the start."""
+        now = self.clock()
+        if now.tzinfo is None:
+            raise ValueError("the clock returned a naive datetime; it must be timezone-aware")
+        now = now.astimezone(UTC)
+        run = _Run(self, now, dry_run)
+        log.info(
+            "claireup run starting%s: now=%s data_dir=%s",
+            " (dry run)" if dry_run else "",
+            now.isoformat(timespec="seconds"),
+            self.data_dir.root,
+        )
+        started = time.monotonic()
+        try:
+            run.clean_queues()
+            run.clean_store()
+            run.clean_nonces()
+            run.clean_temp()
+            run.clean_indexes()
+        except Interrupted:
+            run.report.interrupted = True
+            log.warning("claireup run interrupted; a rerun carries on where this one stopped")
+        run.report.duration_seconds = time.monotonic() - started
+        run.report.finished_at = self.clock().astimezone(UTC)
+        return run.report
+
+
+class _Run:
+    """The state of one run; methods walk one area each."""
+
+    def __init__(self, cleaner: Cleaner, now: datetime, dry_run: bool) -> None:
+        self.cleaner = cleaner
+        self.data_dir = cleaner.data_dir
+        self.now = now
+        self.dry_run = dry_run
+        self.rule = ExpiryRule(now)
+        self.report = RunReport(started_at=now, dry_run=dry_run)
+        self.queues = QueueStore(cleaner.data_dir, clock=cleaner.clock)
+        self.nonces = Nonces(cleaner.data_dir)
+        self.progress = _Progress(
+            self.report, cleaner.progress_every_files, cleaner.progress_every_seconds
+        )
+
+    # --- queues ------------------------------------------------------------------------
+    def clean_queues(self) -> None:
+        tally = self.report.tally(AREA_QUEUE)  # entries of queues/ that are not queues
+        for entry in self._entries(self.data_dir.queues, tally):
+            if entry.name in RESERVED_QUEUES:
+                continue  # queues/temp: uploads in progress, see clean_temp
+            if entry.is_dir(follow_symlinks=False) and _is_queue_name(entry.name):
+                self.clean_queue(entry.name)
+            else:
+                self._unparsable(entry.path, tally)
+        if not tally.unparsable and not tally.errors:
+            del self.report.tallies[(AREA_QUEUE, "")]
+
+    def clean_queue(self, queue: str) -> None:
+        tally = self.report.tally(AREA_QUEUE, queue)
+        deleted_before = tally.deleted
+        try:
+            for entry in self._entries(self.data_dir.queue_dir(queue), tally):
+                self._tick(tally, f"queue {queue}")
+                self._consider_message(entry, tally)
+        finally:
+            if tally.deleted > deleted_before and not self.dry_run:
+                self._rebuild_index(queue, tally)
+
+    def _rebuild_index(self, queue: str, tally: Tally) -> None:
+        """Drop deleted names from the index now, so consumers neither step over them
+        nor pay for the rebuild themselves."""
+        try:
+            count = self.queues.rebuild_index(queue)
+        except OSError as exc:
+            tally.errors += 1
+            log.error("could not rebuild the index of queue %s: %s", queue, exc)
+            return
+        log.info("queue %s: index rebuilt, %d messages left", queue, count)
+
+    # --- store -------------------------------------------------------------------------
+    def clean_store(self) -> None:
+        tally = self.report.tally(AREA_STORE)
+        self._walk_store(self.data_dir.store, STORE_DEPTH, tally)
+
+    def _walk_store(self, directory: Path, depth: int, tally: Tally) -> None:
+        for entry in self._entries(directory, tally):
+            if depth == 0:
+                self._tick(tally, "store")
+                self._consider_message(entry, tally)
+            elif entry.is_dir(follow_symlinks=False):
+                self._walk_store(Path(entry.path), depth - 1, tally)
+            else:
+                self._unparsable(entry.path, tally)
+
+    # --- messages ----------------------------------------------------------------------
+    def _consider_message(self, entry: os.DirEntry[str], tally: Tally) -> None:
+        name = _parse(entry.name)
+        if name is None or not entry.is_file(follow_symlinks=False):
+            self._unparsable(entry.path, tally)
+            return
+        if self.rule.expired(name):
+            self._delete(entry, tally)
+
+    # --- nonce markers -----------------------------------------------------------------
+    def clean_nonces(self) -> None:
+        tally = self.report.tally(AREA_NONCE)
+        window = self.cleaner.nonce_window_seconds
+        for entry in self._entries(self.data_dir.nonces, tally):
+            self._tick(tally, "nonce")
+            if not entry.is_file(follow_symlinks=False) or not _is_nonce(entry.name):
+                self._unparsable(entry.path, tally)
+                continue
+            mtime = _mtime(entry)
+            if mtime is None or not older_than(mtime, self.now, window):
+                continue
+            if self.dry_run:
+                self._delete(entry, tally)
+                continue
+            # Under the nonce's lock, re-read the age: a marker rolled back and written
+            # anew since the listing is young again and must stay.
+            with self.nonces.lock(entry.name):
+                mtime = _mtime(entry, fresh=True)
+                if mtime is not None and older_than(mtime, self.now, window):
+                    self._delete(entry, tally)
+
+    # --- upload leftovers --------------------------------------------------------------
+    def clean_temp(self) -> None:
+        """Uploads that crashed before commit; one in progress keeps its mtime fresh."""
+        tally = self.report.tally(AREA_TEMP)
+        for entry in self._entries(self.data_dir.temp, tally):
+            self._tick(tally, "temp")
+            if not entry.is_file(follow_symlinks=False):
+                self._unparsable(entry.path, tally)
+                continue
+            mtime = _mtime(entry, fresh=True)
+            if mtime is not None and older_than(mtime, self.now, self.cleaner.temp_max_age_seconds):
+                self._delete(entry, tally)
+
+    # --- the core's own data -----------------------------------------------------------
+    def clean_indexes(self) -> None:
+        """Indexes of queue directories that no longer exist, and torn rebuild leftovers."""
+        tally = self.report.tally(AREA_INDEX)
+        for entry in self._entries(self.data_dir.indexes, tally):
+            self._tick(tally, "index")
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if entry.name.startswith(".") and entry.name.endswith(TMP_SUFFIX):
+                mtime = _mtime(entry, fresh=True)
+                max_age = self.cleaner.temp_max_age_seconds
+                if mtime is not None and older_than(mtime, self.now, max_age):
+                    self._delete(entry, tally)
+                continue
+            queue = entry.name.removesuffix(INDEX_SUFFIX)
+            if queue == entry.name or not _is_queue_name(queue):
+                continue  # not ours to judge: the core may keep other files here
+            if self.data_dir.queue_dir(queue).exists():
+                continue
+            if self.dry_run:
+                self._delete(entry, tally)
+                continue
+            # A publisher creates the queue directory before it takes the queue lock,
+            # so under the lock "no directory" means nobody is using this index.
+            with FileLock(self.data_dir.queue_lock_path(queue)):
+                if not self.data_dir.queue_dir(queue).exists():
+                    self._delete(entry, tally)
+
+    # --- helpers -----------------------------------------------------------------------
+    def _entries(self, directory: Path, tally: Tally) -> Iterator[os.DirEntry[str]]:
+        """Stream a directory's entries; a missing one is empty, an unreadable one an error."""
+        try:
+            iterator = os.scandir(directory)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            tally.errors += 1
+            log.error("cannot list %s: %s", directory, exc)
+            return
+        with iterator:
+            yield from iterator
+
+    def _tick(self, tally: Tally, where: str) -> None:
+        if self.cleaner.stop.is_set():
+            raise Interrupted
+        tally.scanned += 1
+        self.progress.tick(where)
+
+    def _delete(self, entry: os.DirEntry[str], tally: Tally) -> None:
+        try:
+            size = entry.stat(follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return  # gone already (another cleaner, or identify renamed it)
+        except OSError as exc:
+            tally.errors += 1
+            log.error("cannot stat %s: %s", entry.path, exc)
+            return
+        if self.dry_run:
+            if self.cleaner.dry_run_sink is not None:
+                self.cleaner.dry_run_sink(entry.path, size)
+        else:
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                tally.errors += 1
+                log.error("cannot delete %s: %s", entry.path, exc)
+                return
+        tally.deleted += 1
+        tally.deleted_bytes += size
+
+    def _unparsable(self, path: str, tally: Tally) -> None:
+        tally.unparsable += 1
+        if len(self.report.unparsable_sample) < self.cleaner.report_limit:
+            self.report.unparsable_sample.append(path)
+            log.warning("left alone, name does not parse: %s", path)
+        elif len(self.report.unparsable_sample) == self.cleaner.report_limit:
+            self.report.unparsable_sample.append("...")
+            log.warning("more unparsable files; only their count is reported from here on")
+
+
+class _Progress:
+    """A log line every N files or every S seconds, whichever comes first."""
+
+    def __init__(self, report: RunReport, every_files: int, every_seconds: float) -> None:
+        self.report = report
+        self.every_files = every_files
+        self.every_seconds = every_seconds
+        self.files = 0
+        self.started = self.last = time.monotonic()
+
+    def tick(self, where: str) -> None:
+        self.files += 1
+        if self.files % self.every_files and time.monotonic() - self.last < self.every_seconds:
+            return
+        self.last = time.monotonic()
+        total = self.report.total()
+        elapsed = self.last - self.started
+        log.info(
+            "progress: %d files scanned, %d %s, %d unparsable, at %s (%.0f files/s)",
+            self.files,
+            total.deleted,
+            "would be deleted" if self.report.dry_run else "deleted",
+            total.unparsable,
+            where,
+            self.files / elapsed if elapsed > 0 else 0.0,
+        )
+
+
+def _parse(file_name: str) -> MessageName | None:
+    try:
+        return parse_name(file_name)
+    except InvalidInput:
+        return None
+
+
+def _is_queue_name(name: str) -> bool:
+    try:
+        return clean_queue(name) == name
+    except InvalidInput:
+        return False
+
+
+def _is_nonce(name: str) -> bool:
+    try:
+        return clean_nonce(name) == name
+    except InvalidInput:
+        return False
+
+
+def _mtime(entry: os.DirEntry[str], *, fresh: bool = False) -> float | None:
+    """The entry's mtime; ``fresh`` skips scandir's cached stat for a just-now reading."""
+    try:
+        if fresh:
+            return os.stat(entry.path, follow_symlinks=False).st_mtime
+        return entry.stat(follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return None

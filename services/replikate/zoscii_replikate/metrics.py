@@ -1,0 +1,55 @@
+"""Prometheus metrics of the replicator, in a registry of its own (no import-time state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "zoscii_replikate"
+
+
+class ReplikateMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.messages = Counter(
+            f"{PREFIX}_messages", "Messages replicated (written locally).", ["job"], registry=r
+        )
+        self.bytes = Counter(f"{PREFIX}_bytes", "Bytes replicated.", ["job"], registry=r)
+        self.duplicates = Counter(
+            f"{PREFIX}_duplicates",
+            "Messages found already written (a repeat after a crash), pointer moved on.",
+            ["job"],
+            registry=r,
+        )
+        self.errors = Counter(
+            f"{PREFIX}_errors", "Failed runs by reason.", ["job", "reason"], registry=r
+        )
+        self.runs = Counter(
+            f"{PREFIX}_runs",
+            "Runs by outcome (caught_up, capped, error, locked, backoff, stopped).",
+            ["job", "outcome"],
+            registry=r,
+        )
+        self.last_success = Gauge(
+            f"{PREFIX}_last_success_timestamp_seconds",
+            "When a run last ended without error (Unix time).",
+            ["job"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            f"{PREFIX}_lag_seconds",
+            "How far behind the source: 0 when caught up, else now minus the time in the "
+            "name of the last message replicated.",
+            ["job"],
+            registry=r,
+        )
+        self.backoff = Gauge(
+            f"{PREFIX}_backoff_seconds",
+            "Current back-off after failures (0: none).",
+            ["job"],
+            registry=r,
+        )
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

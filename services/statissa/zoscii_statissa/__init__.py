@@ -1,0 +1,1 @@
+"""statissa: queue and store statistics computed with PySpark, served to Prometheus."""

@@ -1,0 +1,5 @@
+import sys
+
+from zoscii_statissa.main import main
+
+sys.exit(main())
