@@ -92,7 +92,7 @@ def build_session(settings: Settings, *, shuffle_partitions: int = 8) -> SparkSe
 
 def ship_packages(session: SparkSession, directory: Path) -> Path:
     """Zip ``zosciimq`` and ``zoscii_statissa`` (sources only) and add them to executors."""
-    target = directory / f"zoscii-statissa-{os.getpid()}.zip"
+    target = packages_zip(directory)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in (zosciimq, zoscii_statissa):
             root = Path(package.__file__).resolve().parent
@@ -100,6 +100,11 @@ def ship_packages(session: SparkSession, directory: Path) -> Path:
                 archive.write(source, source.relative_to(root.parent).as_posix())
     session.sparkContext.addPyFile(str(target))
     return target
+
+
+def packages_zip(directory: Path) -> Path:
+    """Per process, so several statissa processes can share one /tmp."""
+    return directory / f"zoscii-statissa-{os.getpid()}.zip"
 
 
 def spark_scan(session: SparkSession, data_dir: DataDir, now: float) -> dict[GroupKey, Partial]:
@@ -147,6 +152,7 @@ class SparkScanner:
         session, self._session = self._session, None
         if session is None:
             return
+        packages_zip(self._settings.spark_local_dir / "pyfiles").unlink(missing_ok=True)
         if not _alive(session):
             log.warning("Spark had already stopped (its JVM was signalled or died)")
             _forget(session)
