@@ -1,6 +1,6 @@
 """statissa at scale: one Spark computation vs. a plain os.scandir loop over 1M files.
 
-Builds N empty-or-tiny message files across Q queues under /tmp (straight to disk, with
+Builds N empty-or-tiny message files across Q queues under $TMPDIR or /tmp (on disk, with
 valid names spread over the last two days), then runs each way of computing the
 statistics in its own child process, sampling the RSS of the child's whole process tree
 (Python driver + JVM + Spark's Python workers) with psutil. Prints one JSON line and
@@ -151,7 +151,7 @@ def main() -> None:
         child_main(args.child, args.root, args.now, args.work)
         return
 
-    base = Path(tempfile.mkdtemp(prefix="zoscii-statissa-bench-", dir="/tmp"))
+    base = Path(tempfile.mkdtemp(prefix="zoscii-statissa-bench-"))  # $TMPDIR, else /tmp
     now = datetime.now(UTC).replace(microsecond=0)
     try:
         build_seconds = build(base / "data", args.files, args.queues, now)

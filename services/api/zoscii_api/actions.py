@@ -6,17 +6,21 @@ Nothing here touches a path: every file-system effect goes through zosciimq.core
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from flask import Request, Response
 
 from zoscii_api.auth import Client
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams
-from zoscii_api.responses import envelope, message_response
+from zoscii_api.responses import batch_response, envelope, message_response
 from zoscii_api.settings import ApiSettings
-from zosciimq.core import DataStore, InvalidInput, QueueStore, Upload, parse_name
+from zoscii_api.waiting import QueueWatcher
+from zosciimq.core import DataStore, FetchResult, InvalidInput, QueueStore, Upload, parse_name
 from zosciimq.core.names import clean_nonce, clean_pointer, clean_queue, clean_retention
 
 MAX_IDENTIFY_NAMES = 10_000
@@ -40,6 +44,7 @@ class Actions:
     queues: QueueStore
     store: DataStore
     metrics: ApiMetrics
+    watcher: QueueWatcher
 
     def handler(self, action: str) -> Callable[[Request, RequestParams], Response]:
         handlers = {
@@ -79,26 +84,73 @@ class Actions:
         result = self.queues.publish(queue, upload, retention_days=retention, nonce=nonce)
         if result.duplicate:
             return envelope(message="Nonce already used.")
+        self.watcher.notify(queue)
         self.metrics.published.labels(queue).inc()
         self.metrics.received_bytes.labels("publish").inc(upload.size)
         return envelope(message="Message published.")
 
     def fetch(self, request: Request, params: RequestParams) -> Response:
+        """The next message; with ``count`` a batch, with ``wait`` a long-poll.
+
+        Long-poll reads the watcher's generation *before* looking, so a publish landing
+        between "nothing there" and "wait" still wakes the request.
+        """
         queue = clean_queue(params.text("q") or "")
         after = clean_pointer(_basename_check(params.text("after"), "after"))
         offset = _whole_number(params.text("offset"), "offset")
         length = _whole_number(params.text("length"), "length")
-        result = self.queues.fetch(queue, after)
-        if result.file is None:
-            if result.queue_empty:
-                return envelope(message="Queue is empty.")
-            return envelope(message="No new messages.")
+        count = _whole_number(params.text("count"), "count")
+        budget = _whole_number(params.text("max_bytes"), "max_bytes")
+        wait = min(_whole_number(params.text("wait"), "wait"), self.settings.max_wait_seconds)
+        if count and (offset or length):
+            raise InvalidInput("A batch fetch (count) takes no offset or length.")
+        if count > self.settings.max_batch_count:
+            raise InvalidInput(f"count must be at most {self.settings.max_batch_count}.")
+        deadline = time.monotonic() + wait
+        while True:
+            generation = self.watcher.generation(queue)
+            if count:
+                batch = self._batch(queue, after, count, budget)
+                if batch is not None:
+                    return batch
+                empty = not after
+            else:
+                result = self.queues.fetch(queue, after)
+                if result.file is not None:
+                    return self._single(request, queue, result, offset, length)
+                empty = result.queue_empty
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.watcher.wait(queue, generation, remaining):
+                break
+        return envelope(message="Queue is empty." if empty else "No new messages.")
+
+    def _single(
+        self, request: Request, queue: str, result: FetchResult, offset: int, length: int
+    ) -> Response:
         response = message_response(
             request, result.name, result.file, result.size, offset=offset, length=length
         )
         self.metrics.fetched.labels(queue).inc()
         self.metrics.sent_bytes.labels("fetch").inc(response.content_length or 0)
         return response
+
+    def _batch(self, queue: str, after: str, count: int, budget: int) -> Response | None:
+        """Up to ``count`` messages within the byte budget; the first one always goes."""
+        budget = min(budget or self.settings.max_batch_bytes, self.settings.max_batch_bytes)
+        chosen: list[tuple[str, BinaryIO, int]] = []
+        total = 0
+        for name, file in self.queues.iter_after(queue, after, limit=count):
+            size = os.fstat(file.fileno()).st_size
+            if chosen and total + size > budget:
+                file.close()
+                break
+            chosen.append((name, file, size))
+            total += size
+        if not chosen:
+            return None
+        self.metrics.fetched.labels(queue).inc(len(chosen))
+        self.metrics.sent_bytes.labels("fetch").inc(total)
+        return batch_response(chosen)
 
     # --- the store ---------------------------------------------------------------------
     def store_message(self, request: Request, params: RequestParams) -> Response:

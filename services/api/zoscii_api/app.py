@@ -20,6 +20,7 @@ from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams, read_params
 from zoscii_api.responses import RangeNotSatisfiable, envelope
 from zoscii_api.settings import ACTIONS, ApiSettings
+from zoscii_api.waiting import QueueWatcher
 from zosciimq.core import (
     DataDir,
     DataStore,
@@ -70,11 +71,15 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     if problem:
         log.error("data directory not usable: %s", problem)
     metrics = ApiMetrics()
+    queues = QueueStore(data_dir, clock=clock)
     actions = Actions(
         settings=settings,
-        queues=QueueStore(data_dir, clock=clock),
+        queues=queues,
         store=DataStore(data_dir, clock=clock),
         metrics=metrics,
+        watcher=QueueWatcher(
+            queues.change_token, settings.wait_poll_ms / 1000, settings.max_waiters
+        ),
     )
     app = Flask(__name__)
     app.config["ZOSCII_SETTINGS"] = settings

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -104,3 +105,49 @@ def _read_span(file: BinaryIO, start: int, stop: int) -> Iterator[bytes]:
             yield chunk
     finally:
         file.close()
+
+
+def batch_response(messages: list[tuple[str, BinaryIO, int]]) -> Response:
+    """Several messages in one ``multipart/mixed`` reply, each part exactly as fetch sends it.
+
+    Every part carries ``Content-Disposition: attachment; filename="<name>"`` and its
+    ``Content-Length``, so a reader can take the bytes by count rather than by searching
+    for the boundary, and a binary message that happens to contain it is still safe.
+    The total length is known before the first byte, so it is sent as Content-Length.
+    """
+    boundary = f"zoscii-{uuid.uuid4().hex}"
+    heads = [
+        (
+            f"--{boundary}\r\n"
+            "Content-Type: application/octet-stream\r\n"
+            f'Content-Disposition: attachment; filename="{name}"\r\n'
+            f"Content-Length: {size}\r\n\r\n"
+        ).encode("ascii")
+        for name, _, size in messages
+    ]
+    closing = f"--{boundary}--\r\n".encode("ascii")
+    total = sum(len(h) + size + 2 for h, (_, _, size) in zip(heads, messages, strict=True))
+
+    def body() -> Iterator[bytes]:
+        try:
+            for head, (_, file, size) in zip(heads, messages, strict=True):
+                yield head
+                yield from _read_span(file, 0, size)
+                yield b"\r\n"
+            yield closing
+        finally:
+            for _, file, _ in messages:
+                file.close()
+
+    response = Response(
+        body(),
+        mimetype="multipart/mixed",
+        headers={
+            "X-ZOSCII-Count": str(len(messages)),
+            "X-ZOSCII-Last": messages[-1][0],
+        },
+        direct_passthrough=True,
+    )
+    response.headers["Content-Type"] = f"multipart/mixed; boundary={boundary}"
+    response.content_length = total + len(closing)
+    return response

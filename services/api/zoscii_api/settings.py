@@ -28,8 +28,12 @@ class ApiSettings:
     blocked_queues: frozenset[str] = frozenset()
     bind: str = "0.0.0.0:8080"
     workers: int = 2
-    threads: int = 8
+    threads: int = 32
     timeout_seconds: int = 120
+    max_wait_seconds: int = 30  # long-poll cap; 0 switches long-poll off
+    wait_poll_ms: int = 10  # how often other processes' publishes are looked for
+    max_batch_count: int = 1000
+    max_batch_bytes: int = 64 << 20
     tls_cert: str = ""
     tls_key: str = ""
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
@@ -37,6 +41,11 @@ class ApiSettings:
     @property
     def data_dir(self) -> Path:
         return self.core.data_dir
+
+    @property
+    def max_waiters(self) -> int:
+        """Waiting fetches per worker: a few threads always stay free for publishers."""
+        return max(0, self.threads - 4)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
@@ -53,8 +62,12 @@ class ApiSettings:
             blocked_queues=frozenset(q.lower() for q in env_list(env, "ZOSCII_BLOCKED_QUEUES", ())),
             bind=env_str(env, "ZOSCII_BIND", "0.0.0.0:8080"),
             workers=env_int(env, "ZOSCII_WORKERS", 2, minimum=1, maximum=256),
-            threads=env_int(env, "ZOSCII_THREADS", 8, minimum=1, maximum=1024),
+            threads=env_int(env, "ZOSCII_THREADS", 32, minimum=1, maximum=1024),
             timeout_seconds=env_int(env, "ZOSCII_TIMEOUT_SECONDS", 120, minimum=1),
+            max_wait_seconds=env_int(env, "ZOSCII_MAX_WAIT_SECONDS", 30, maximum=3600),
+            wait_poll_ms=env_int(env, "ZOSCII_WAIT_POLL_MS", 10, minimum=1, maximum=10_000),
+            max_batch_count=env_int(env, "ZOSCII_MAX_BATCH_COUNT", 1000, minimum=1),
+            max_batch_bytes=env_int(env, "ZOSCII_MAX_BATCH_BYTES", 64 << 20, minimum=1),
             tls_cert=env_str(env, "ZOSCII_TLS_CERT", ""),
             tls_key=env_str(env, "ZOSCII_TLS_KEY", ""),
             access=load_access_control(env),

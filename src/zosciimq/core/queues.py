@@ -235,6 +235,11 @@ class QueueStore:
         with self._current_index(q) as index:
             return index.count() == 0
 
+    def change_token(self, queue: str) -> tuple[int, int, int]:
+        """Changes whenever the queue's index does (a publish, a rebuild): for waiters."""
+        stat = os.stat(self.data_dir.index_path(queue))
+        return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
     def depth(self, queue: str) -> int:
         """Indexed names (may include messages deleted since the last rebuild)."""
         with self._current_index(_Queue(self.data_dir, queue)) as index:
