@@ -63,7 +63,7 @@ if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     python3-pip python3-venv >/dev/null
 fi
 PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input)
-mkdir -p "$POOL"
+mkdir -p "$POOL" "$OUT"
 rm -f "$OUT/.stamp"
 
 # One requirement set with everything, deduplicated (the files pin the same versions).

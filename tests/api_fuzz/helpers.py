@@ -21,6 +21,6 @@ def load_document() -> dict:
 
 def make_app(data_dir: Path, **overrides: object) -> Flask:
     """The api as gunicorn would build it, on ``data_dir`` (small limits unless overridden)."""
-    fields: dict = {"max_message_bytes": 1 << 16, "max_field_bytes": 4096}
+    fields: dict = {"max_message_bytes": 1 << 16, "max_field_bytes": 4096, "max_wait_seconds": 0}
     fields.update(overrides)
     return create_app(ApiSettings(core=CoreSettings(data_dir=data_dir), **fields))

@@ -36,7 +36,22 @@ from zosciimq.core.names import (
 )
 
 ENDPOINT_PATHS = ("/", "/index.php")
-PARAMETERS = {"action", "q", "msg", "n", "r", "u", "after", "offset", "length", "name", "names"}
+PARAMETERS = {
+    "action",
+    "q",
+    "msg",
+    "n",
+    "r",
+    "u",
+    "after",
+    "offset",
+    "length",
+    "count",
+    "max_bytes",
+    "wait",
+    "name",
+    "names",
+}
 FAR_FUTURE_LAST = "209912312359599999-0000-00000000-0000-4000-8000-000000000000.bin"
 
 
@@ -110,7 +125,10 @@ def test_documents_the_endpoint_and_operations_routes(document: dict) -> None:
     for path in ENDPOINT_PATHS:
         item = document["paths"][path]
         assert set(item) >= {"get", "post", "parameters"}
-        assert "x-zoscii-future-batch-fetch" in item  # the reserved place, nothing specified
+        assert {"count", "max_bytes", "wait"} <= {
+            resolve(document, parameter)["name"] for parameter in item["parameters"]
+        }
+        assert "multipart/mixed" in resolve(document, item["get"]["responses"]["200"])["content"]
         body = resolve(document, item["post"]["requestBody"])["content"]
         assert set(body) == {
             "application/x-www-form-urlencoded",

@@ -61,6 +61,8 @@ def test_binary_messages_by_every_method_come_back_byte_exact_in_order(
     sent = []
     for method, publish in mq.PUBLISHERS.items():
         for label, body in PAYLOADS.items():
+            if (method, label) == ("raw", "empty"):
+                continue  # see test_an_empty_raw_body_is_an_empty_message
             publish(http, base, "binary", body, 30)
             sent.append((method, label, body))
 
@@ -72,6 +74,17 @@ def test_binary_messages_by_every_method_come_back_byte_exact_in_order(
     names = [name for name, _ in received]
     assert names == sorted(names) and len(set(names)) == len(names)
     assert all(name[19:23] == "0030" for name in names), names  # r=30 kept in the name
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="api: a raw body of Content-Length 0 counts as no body (app.py has_body), so "
+    "the reply is 'Missing message (msg).' instead of publishing an empty message",
+)
+def test_an_empty_raw_body_is_an_empty_message(stack: Stack, http: requests.Session) -> None:
+    base = stack["api"].url()
+    mq.publish_raw(http, base, "empty_raw", b"", 30)
+    assert mq.bodies(mq.drain(http, base, "empty_raw")) == [b""]
 
 
 def test_claireup_run_deletes_the_expired_message_and_keeps_the_other(
@@ -112,7 +125,7 @@ def test_statissa_metrics_count_the_published_messages_and_bytes(
     statissa = stack["statissa"].url()
 
     refresh = http.post(f"{statissa}/refresh", timeout=STATISSA_FIRST_RUN_TIMEOUT)
-    assert refresh.status_code == 200, refresh.text[:2000]
+    assert refresh.status_code == 200, f"{refresh.text[:2000]}\n{stack['statissa'].logs()}"
     metrics = http.get(f"{statissa}/metrics", timeout=30)
 
     assert metrics.status_code == 200

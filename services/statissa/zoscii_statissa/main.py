@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no access log line per scrape
     args = parse_args(argv)
     settings = apply_args(Settings.from_env(), args)
     data_dir = DataDir(settings.data_dir)

@@ -56,7 +56,7 @@ def open_message(ctx: Context, label: str) -> Iterator[tuple[Source, int]]:
 def _stdin_file(stdin: BinaryIO, stack: ExitStack) -> BinaryIO:
     if _is_regular_file(stdin):
         return stdin  # `< file`: stream it from where it stands
-    spool = stack.enter_context(tempfile.TemporaryFile(prefix="zoscii-stdin-"))
+    spool = stack.enter_context(tempfile.TemporaryFile(prefix="zoscii-stdin-"))  # noqa: SIM115
     shutil.copyfileobj(stdin, spool, 1 << 20)
     spool.seek(0)
     return spool

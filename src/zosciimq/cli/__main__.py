@@ -1,0 +1,5 @@
+import sys
+
+from zosciimq.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,357 @@
+"""The ``zoscii`` command line: commands, options and the help that explains them."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from zosciimq import __version__
+from zosciimq.cli import exit_codes, messages, services, store_admin, tail
+from zosciimq.cli.context import DEFAULT_URL
+
+DESCRIPTION = """\
+Talk to a ZOSCII MQ server: publish to and read from queues, put messages into the
+data store and get them back, and run the services' one-shot jobs.
+
+Results go to stdout (the message itself, a stored name, a list of names); which
+message it was, notices and progress bars go to stderr. With --json, stdout carries
+one JSON object per result instead (message bytes as base64), errors included.
+Global options can come before or after the command."""
+
+EXAMPLES = """\
+examples:
+  zoscii publish orders 'hello' -r 7         publish a text, kept 7 days
+  zoscii publish orders --file order.pdf     publish a file (streamed from disk)
+  tar c dir | zoscii publish backups -       publish stdin
+  zoscii fetch orders                        the first message, to stdout
+  zoscii fetch orders --after NAME -o m.bin  the next message after NAME, to a file
+  zoscii tail orders -f --pointer-file orders.ptr --exec './handle.sh'
+  zoscii store --file report.csv -r 30       prints the stored name
+  zoscii retrieve NAME -o report.csv         resumes an interrupted download
+  zoscii scan | zoscii identify -            mark every unidentified message
+  zoscii run claireup --dry-run              what the retention cleaner would delete
+
+environment:
+  ZOSCII_URL     server URL (default {url})
+  ZOSCII_TOKEN   bearer token, when the server has access control
+
+{codes}"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zoscii",
+        description=DESCRIPTION,
+        epilog=EXAMPLES.format(url=DEFAULT_URL, codes=exit_codes.epilog()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"zoscii {__version__}")
+    _global_options(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add = _command_adder(commands)
+    _publish(add)
+    _fetch(add)
+    _tail(add)
+    _store(add)
+    _retrieve(add)
+    _scan(add)
+    _identify(add)
+    _run(add)
+    return parser
+
+
+def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Declared on the top parser with defaults, and on each command with none, so an
+    option given after the command overrides and one not given there keeps the default."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    group = parser.add_argument_group("global options")
+    group.add_argument(
+        "--url",
+        default=default(None),
+        help=f"server URL, / or /index.php (default: $ZOSCII_URL or {DEFAULT_URL})",
+    )
+    group.add_argument(
+        "--token",
+        default=default(None),
+        help="bearer token (default: $ZOSCII_TOKEN; prefer the variable, argv is visible in ps)",
+    )
+    group.add_argument(
+        "--original",
+        action="store_true",
+        default=default(False),
+        help="speak only what the original PHP server understands (urlencoded POST forms)",
+    )
+    group.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=default(60.0),
+        metavar="SECONDS",
+        help="longest wait for the server on connect and on each read (default 60)",
+    )
+    group.add_argument(
+        "--retries",
+        type=_count,
+        default=default(3),
+        metavar="N",
+        help="retries of a request that got no reply (default 3; publish/store are "
+        "retried with the same nonce, so never duplicated)",
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="print one JSON object per result on stdout, errors included",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default(False),
+        help="no notices or progress bars on stderr (errors still)",
+    )
+
+
+Adder = Callable[..., argparse.ArgumentParser]
+
+
+def _command_adder(commands: Any) -> Adder:
+    def add(
+        name: str, handler: Callable[..., int], summary: str, description: str, examples: str
+    ) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=f"{summary}.\n\n{textwrap.fill(description, 80)}",
+            epilog=f"examples:\n{examples}\n\n{exit_codes.epilog()}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _global_options(sub, suppress=True)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    return add
+
+
+def _message_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "message",
+        nargs="?",
+        metavar="MESSAGE",
+        help="the message text, or - to read it from stdin (byte-exact)",
+    )
+    sub.add_argument("--file", metavar="PATH", help="send this file (streamed, any size)")
+    sub.add_argument(
+        "-r",
+        "--retention",
+        type=_days,
+        metavar="DAYS",
+        help="days to keep it, 0-9999 (default: the server's; 0 as shipped, which means "
+        "deleted at the next cleanup run)",
+    )
+    sub.add_argument(
+        "-n",
+        "--nonce",
+        metavar="NONCE",
+        help="idempotency key [A-Za-z0-9_-]: a repeat with the same nonce does nothing "
+        "(default: a fresh random one)",
+    )
+
+
+def _publish(add: Adder) -> None:
+    sub = add(
+        "publish",
+        messages.publish,
+        "Publish a message to a queue",
+        "The queue is created by its first message. Files and stdin are streamed, so "
+        "messages of any size go through; over 4 MB a progress bar shows on a terminal.",
+        "  zoscii publish orders 'order 42' -r 7\n"
+        "  zoscii publish images --file cat.jpg\n"
+        "  printf '\\x00\\xff' | zoscii publish raw -\n"
+        "  zoscii --json publish orders 'x' -n order-42   # retry-safe with the same nonce",
+    )
+    sub.add_argument("queue", metavar="QUEUE", help="queue name: [a-z0-9_-]")
+    _message_options(sub)
+
+
+def _fetch(add: Adder) -> None:
+    sub = add(
+        "fetch",
+        messages.fetch,
+        "Fetch one message from a queue",
+        "The first message whose name sorts after --after (or the first one). The bytes "
+        "go to stdout (or -o PATH), the message name to stderr; with --json both go to "
+        "stdout as one object. Exit 4 when there is no such message, so a script can "
+        "loop. A download to a file that is interrupted resumes when run again.",
+        "  zoscii fetch orders > first.bin\n"
+        "  zoscii fetch orders --after 20250101120000000000-0007-...bin -o next.bin\n"
+        "  zoscii --json fetch orders | jq -r .name",
+    )
+    sub.add_argument("queue", metavar="QUEUE")
+    sub.add_argument("--after", default="", metavar="NAME", help="the last name already read")
+    sub.add_argument(
+        "-o", "--output", metavar="PATH", help="write to PATH (resumable) instead of stdout (-)"
+    )
+
+
+def _tail(add: Adder) -> None:
+    sub = add(
+        "tail",
+        tail.tail,
+        "Read a queue message by message, and with -f wait for new ones",
+        "Starts after --after or the name in --pointer-file (or at the first message) "
+        "and goes through every message in order. The pointer file is updated after "
+        "each message is handled, so a restarted tail carries on where it stopped. Each "
+        "message goes to stdout followed by a newline (--raw: nothing in between), or "
+        "with --out-dir into DIR/<name> (the path printed), or with --exec on the "
+        "command's stdin, with $ZOSCII_NAME, $ZOSCII_QUEUE, $ZOSCII_SIZE (and "
+        "$ZOSCII_PATH with --out-dir) set; a command that fails stops the tail before "
+        "that message (exit 1). With -f, network errors and a queue that does not exist "
+        "yet are waited out; Ctrl-C stops after the message in hand. Without -f, exit "
+        "4 when there was nothing to read.",
+        "  zoscii tail logs -f\n"
+        "  zoscii tail orders -f --pointer-file orders.ptr --out-dir inbox/\n"
+        "  zoscii tail orders -f --pointer-file orders.ptr --exec 'handle-order \"$ZOSCII_NAME\"'\n"
+        "  zoscii --json tail orders --max-messages 10",
+    )
+    sub.add_argument("queue", metavar="QUEUE")
+    start = sub.add_mutually_exclusive_group()
+    start.add_argument("--after", default="", metavar="NAME", help="start after this name")
+    start.add_argument(
+        "--pointer-file", metavar="PATH", help="read the start from, and save progress to, PATH"
+    )
+    sub.add_argument("-f", "--follow", action="store_true", help="keep polling for new messages")
+    sub.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between polls with -f (default 1)",
+    )
+    sub.add_argument(
+        "--max-messages", type=_positive_int, metavar="N", help="stop after N messages"
+    )
+    sub.add_argument("--out-dir", metavar="DIR", help="save each message as DIR/<name>")
+    sub.add_argument(
+        "--exec", metavar="CMD", help="run the shell command CMD for each message (on stdin)"
+    )
+    sub.add_argument("--raw", action="store_true", help="no newline after each message")
+
+
+def _store(add: Adder) -> None:
+    sub = add(
+        "store",
+        messages.store,
+        "Put a message into the data store",
+        "Prints the stored name, which is what retrieve needs. With -u the message is "
+        "stored as unidentified, for a consumer to find with scan.",
+        "  zoscii store 'some text' -r 30\n"
+        "  zoscii store --file report.csv\n"
+        "  name=$(zoscii store - < data.bin)",
+    )
+    _message_options(sub)
+    sub.add_argument(
+        "-u", "--unidentified", action="store_true", help="store with the -u suffix (see scan)"
+    )
+
+
+def _retrieve(add: Adder) -> None:
+    sub = add(
+        "retrieve",
+        messages.retrieve,
+        "Get a stored message by name",
+        "The bytes go to stdout, or to -o PATH: written to PATH.part first, so an "
+        "interrupted download resumes where it stopped when run again.",
+        "  zoscii retrieve 20250101120000000000-0030-...bin > report.csv\n"
+        "  zoscii retrieve 20250101120000000000-0030-...bin -o report.csv",
+    )
+    sub.add_argument("name", metavar="NAME", help="the name store printed")
+    sub.add_argument(
+        "-o", "--output", metavar="PATH", help="write to PATH (resumable) instead of stdout (-)"
+    )
+
+
+def _scan(add: Adder) -> None:
+    add(
+        "scan",
+        store_admin.scan,
+        "List the unidentified (-u) messages in the store",
+        "One name per line. Exit 4 when there are none.",
+        "  zoscii scan\n  zoscii --json scan | jq -r '.names[]'",
+    )
+
+
+def _identify(add: Adder) -> None:
+    sub = add(
+        "identify",
+        store_admin.identify,
+        "Mark unidentified store messages as identified",
+        "Renames NAME-u.bin to NAME.bin on the server and prints the new names. Exit 3 "
+        "when a name was not renamed (no such message, or already identified).",
+        "  zoscii identify 20250101120000000000-0000-...-u.bin\n  zoscii scan | zoscii identify -",
+    )
+    sub.add_argument("names", nargs="+", metavar="NAME", help="store names, or - for stdin")
+
+
+def _run(add: Adder) -> None:
+    sub = add(
+        "run",
+        services.run_service,
+        "Run a service's one-shot job (replikate, claireup, statissa)",
+        "Runs `python -m zoscii_<service> --once ARGS...` when that service is "
+        "installed or on PYTHONPATH; it works on the data directory ($ZOSCII_DATA_DIR "
+        "or --data-dir), not through --url. The exit code is the service's own.",
+        "  zoscii run replikate --job partner-a\n"
+        "  zoscii run claireup --dry-run --data-dir /data\n"
+        "  zoscii run statissa --data-dir /data > stats.json",
+    )
+    sub.add_argument(
+        "service",
+        choices=services.SERVICES,
+        metavar="SERVICE",
+        help="replikate, claireup or statissa",
+    )
+    sub.add_argument(
+        "service_args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed to the service"
+    )
+
+
+def _days(text: str) -> int:
+    value = _int(text)
+    if not 0 <= value <= 9999:
+        raise argparse.ArgumentTypeError(f"{text} days: use 0 to 9999")
+    return value
+
+
+def _count(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: use 0 or more")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: use 1 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: use a number above 0")
+    return value
+
+
+def _int(text: str) -> int:
+    if not (text.isascii() and text.strip().isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
