@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,5 +69,4 @@ def test_run_statissa_prints_its_statistics(cli: Callable[..., Run], tmp_path: P
     result = cli("run", "statissa", "--data-dir", str(root))
     assert result.code == 0
     stats = json.loads(result.out)
-    assert "jobs" in json.dumps(stats)
-    assert sys.executable  # the child ran with this same interpreter
+    assert stats["totals"] == {"messages": 2, "bytes": 14}

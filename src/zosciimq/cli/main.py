@@ -52,7 +52,7 @@ def _describe(exc: ZosciiClientError, ctx: Context) -> str:
 
 
 def _network_reason(text: str) -> str:
-    """"cannot connect (Connection refused)" out of urllib3's nested wrapper texts."""
+    """Turn urllib3's nested wrapper texts into 'cannot connect (Connection refused)'."""
     head = text.split(":", 1)[0]
     errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
     return f"{head} ({errno.group(1).strip()})" if errno else head
