@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,64 @@ def test_local_output_error_exits_1(cli: Callable[..., Run], url: str, tmp_path:
     result = cli("--url", url, "fetch", queue, "-o", str(blocker / "out.bin"))
     assert result.code == 1
     assert "Not a directory" in result.err
+
+
+def envelope(error: str) -> bytes:
+    body = {"system": "ZOSCII MQ", "version": "1.0", "error": error, "message": "", "result": []}
+    return json.dumps(body).encode()
+
+
+@pytest.fixture
+def canned() -> Iterator[tuple[str, dict]]:
+    """A server that answers every request with the reply in ``reply`` (status, type, body)."""
+    reply: dict = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(reply["status"])
+            self.send_header("Content-Type", reply["type"])
+            self.send_header("Content-Length", str(len(reply["body"])))
+            self.end_headers()
+            self.wfile.write(reply["body"])
+
+        def do_POST(self) -> None:
+            self.do_GET()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", reply
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "body", "code"),
+    [
+        (502, "text/html", b"<html>Bad Gateway</html>", 7),  # a proxy in front, api down
+        (503, "application/json", envelope("Too many messages this second, try again."), 7),
+        (500, "application/json", envelope("Internal error."), 7),
+        (507, "application/json", envelope("No space left on the data volume."), 7),
+        (200, "text/html", b"<html>a web site</html>", 1),  # the wrong URL
+        (401, "application/json", envelope("Authentication required."), 5),
+        (413, "application/json", envelope("Message too large."), 6),
+        (404, "application/json", envelope("Message not found."), 3),
+    ],
+)
+def test_exit_code_follows_the_reply(
+    cli: Callable[..., Run],
+    canned: tuple[str, dict],
+    status: int,
+    content_type: str,
+    body: bytes,
+    code: int,
+) -> None:
+    url, reply = canned
+    reply.update(status=status, type=content_type, body=body)
+    result = cli("--url", url, "--json", "retrieve", "x")
+    assert result.code == code
+    assert json.loads(result.out)["exit_code"] == code

@@ -162,6 +162,8 @@ def test_fetch_to_a_file(cli: Callable[..., Run], url: str, tmp_path: Path) -> N
     nothing = cli("--url", url, "fetch", queue, "--after", body["name"], "-o", str(dest))
     assert nothing.code == 4
     assert dest.read_bytes() == payload  # untouched
+    into_a_directory = cli("--url", url, "fetch", queue, "-o", str(tmp_path))
+    assert into_a_directory.code == 2 and "is a directory" in into_a_directory.err
 
 
 def test_fetch_of_a_missing_queue_exits_3(cli: Callable[..., Run], url: str) -> None:
@@ -250,3 +252,16 @@ def test_scan_and_identify(cli: Callable[..., Run], url: str) -> None:
     assert cli("--url", url, "identify", "-", stdin=b"").code == 4
     for name in names:
         assert cli("--url", url, "retrieve", name[:-6] + ".bin").code == 0
+
+
+def test_options_and_arguments_in_any_order(cli: Callable[..., Run], url: str) -> None:
+    queue = queue_name()
+    assert cli("--url", url, "publish", queue, "-r", "7", "first").code == 0
+    assert cli("publish", "-r", "8", queue, "second", "--url", url, "-q").code == 0
+    assert cli("--url", url, "publish", queue, "-r", "9", "--", "-starts-with-a-dash").code == 0
+    got = read_queue(url, queue)
+    assert [data for _, data in got] == [b"first", b"second", b"-starts-with-a-dash"]
+    assert [parse_name(name).retention_days for name, _ in got] == [7, 8, 9]
+    stored = cli("--url", url, "store", "-r", "2", "--", "-dash")
+    assert stored.code == 0
+    assert cli("--url", url, "retrieve", stored.out.decode().strip()).out == b"-dash"

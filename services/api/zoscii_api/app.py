@@ -16,8 +16,10 @@ from werkzeug.exceptions import HTTPException
 
 from zoscii_api.actions import ActionDisabled, Actions, QueueBlocked
 from zoscii_api.auth import Client, Forbidden, Unauthenticated
+from zoscii_api.deadlines import ClientTooSlow, Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams, read_params
+from zoscii_api.ratelimit import Admission, RateLimited
 from zoscii_api.responses import RangeNotSatisfiable, envelope
 from zoscii_api.settings import ACTIONS, ApiSettings
 from zoscii_api.waiting import QueueWatcher
@@ -53,6 +55,8 @@ STATUS_OF: tuple[tuple[type[ZosciiError], int], ...] = (
     (Forbidden, 403),
     (ActionDisabled, 403),
     (QueueBlocked, 403),
+    (RateLimited, 429),
+    (ClientTooSlow, 408),
     (RangeNotSatisfiable, 416),
     (WrongMethod, 405),
     (InvalidInput, 400),
@@ -71,6 +75,13 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     if problem:
         log.error("data directory not usable: %s", problem)
     metrics = ApiMetrics()
+    admission = Admission(
+        settings.access,
+        rate=settings.rate_limit,
+        burst=settings.rate_burst,
+        trusted_proxies=settings.trusted_proxies,
+    )
+    watchdog = Watchdog(name="body-deadlines")
     queues = QueueStore(data_dir, clock=clock)
     actions = Actions(
         settings=settings,
@@ -90,11 +101,14 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         started = time.perf_counter()
         action_label = "none"
         try:
-            response = _handle(settings, data_dir, actions)
+            response = _handle(settings, data_dir, actions, admission, watchdog)
             action_label = request.environ.get("zoscii.action", "none")
         except ZosciiError as exc:
             action_label = request.environ.get("zoscii.action", "invalid")
             response = _error_response(exc)
+        except OSError as exc:
+            action_label = request.environ.get("zoscii.action", "invalid")
+            response = _volume_fault(data_dir, exc, action_label)
         except Exception:
             action_label = request.environ.get("zoscii.action", "invalid")
             log.exception("unexpected error in %s", action_label)
@@ -145,25 +159,37 @@ def _prepare(data_dir: DataDir) -> str | None:
     return data_dir.check_writable()
 
 
-def _handle(settings: ApiSettings, data_dir: DataDir, actions: Actions) -> Response:
+def _handle(
+    settings: ApiSettings,
+    data_dir: DataDir,
+    actions: Actions,
+    admission: Admission,
+    watchdog: Watchdog,
+) -> Response:
     query = request.environ.get("QUERY_STRING", "").encode("latin-1")
     # Look at action and q from the URL before reading a body that may be 1 GB:
     # a disabled action, a blocked queue or an oversized body is refused up front.
     peek = dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True))
-    client = settings.access.authenticate(request.headers.get("Authorization"))
+    client = admission.admit(request.environ, request.headers.get("Authorization"))
     _check_early(settings, actions, peek, client)
     has_body = (
         bool(request.content_length)
         or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
     )
-    params = read_params(
-        query=query,
-        content_type=request.content_type,
-        stream=request.stream,
-        has_body=has_body,
-        new_upload=lambda: Upload(data_dir, settings.max_message_bytes),
-        max_field_bytes=settings.max_field_bytes,
-    )
+    with body_deadline(
+        request.environ,
+        watchdog,
+        timeout=settings.body_timeout_seconds,
+        min_rate=settings.body_min_rate,
+    ):
+        params = read_params(
+            query=query,
+            content_type=request.content_type,
+            stream=request.stream,
+            has_body=has_body,
+            new_upload=lambda: Upload(data_dir, settings.max_message_bytes),
+            max_field_bytes=settings.max_field_bytes,
+        )
     try:
         return _dispatch(actions, params, client)
     finally:
@@ -211,9 +237,24 @@ def _error_response(exc: ZosciiError) -> Response:
     response = envelope(error=str(exc), status=status)
     if status == 503:
         response.headers["Retry-After"] = "1"
+    if isinstance(exc, RateLimited):
+        response.headers["Retry-After"] = str(exc.retry_after)
     if status == 405:
         response.headers["Allow"] = "GET, POST"
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="zoscii", Basic realm="zoscii"'
 
+    return response
+
+
+def _volume_fault(data_dir: DataDir, exc: OSError, action: str) -> Response:
+    """An OSError the core does not classify: 503 when the data volume cannot take
+    writes (the reason /healthz gives), otherwise an unexpected error."""
+    problem = data_dir.check_writable()
+    if problem is None:
+        log.exception("unexpected error in %s", action)
+        return envelope(error="Internal server error.", status=500)
+    log.error("%s failed, data volume not usable: %s (%s)", action, problem, exc)
+    response = envelope(error="The data volume is not writable; try again later.", status=503)
+    response.headers["Retry-After"] = "5"
     return response

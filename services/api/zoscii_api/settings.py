@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from zoscii_api.auth import AccessControl, load_access_control
 from zosciimq.settings import (
     CoreSettings,
     SettingsError,
+    env_float,
     env_int,
     env_list,
     env_str,
@@ -36,6 +38,12 @@ class ApiSettings:
     max_batch_bytes: int = 64 << 20
     tls_cert: str = ""
     tls_key: str = ""
+    rate_limit: float = 0.0  # requests per second per client and worker; 0 = off
+    rate_burst: int = 0  # 0 = one second's worth
+    trusted_proxies: tuple[str, ...] = ()  # peers whose X-Forwarded-For is believed
+    header_timeout_seconds: int = 20  # the whole request head
+    body_timeout_seconds: int = 60  # the body: this long, plus 1 s per body_min_rate bytes
+    body_min_rate: int = 500
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
 
     @property
@@ -70,5 +78,20 @@ class ApiSettings:
             max_batch_bytes=env_int(env, "ZOSCII_MAX_BATCH_BYTES", 64 << 20, minimum=1),
             tls_cert=env_str(env, "ZOSCII_TLS_CERT", ""),
             tls_key=env_str(env, "ZOSCII_TLS_KEY", ""),
+            rate_limit=env_float(env, "ZOSCII_RATE_LIMIT", 0.0),
+            rate_burst=env_int(env, "ZOSCII_RATE_BURST", 0),
+            trusted_proxies=_networks(env_list(env, "ZOSCII_TRUSTED_PROXIES", ())),
+            header_timeout_seconds=env_int(env, "ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1),
+            body_timeout_seconds=env_int(env, "ZOSCII_BODY_TIMEOUT_SECONDS", 60, minimum=1),
+            body_min_rate=env_int(env, "ZOSCII_BODY_MIN_RATE", 500),
             access=load_access_control(env),
         )
+
+
+def _networks(items: tuple[str, ...]) -> tuple[str, ...]:
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise SettingsError(f"ZOSCII_TRUSTED_PROXIES: {item!r} is not an address") from None
+    return items

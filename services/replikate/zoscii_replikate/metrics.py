@@ -44,6 +44,19 @@ class ReplikateMetrics:
             ["job"],
             registry=r,
         )
+        self.fetches = Counter(
+            f"{PREFIX}_fetches",
+            "Fetch requests sent to the source (a batch or a single message each).",
+            ["job"],
+            registry=r,
+        )
+        self.batch_support = Gauge(
+            f"{PREFIX}_source_batch_support",
+            "1: the source answers batch fetches; 0: it does not (the original: one message "
+            "per request), or the job's mode is original; -1: not known yet.",
+            ["job"],
+            registry=r,
+        )
         self.backoff = Gauge(
             f"{PREFIX}_backoff_seconds",
             "Current back-off after failures (0: none).",

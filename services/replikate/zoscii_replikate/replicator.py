@@ -2,18 +2,24 @@
 
 Exactly once, message by message:
 
-1. fetch the first message after the pointer, streaming it into an Upload on disk
-   (checked on the way: a message name, after the pointer, the declared length, the
-   size limit; anything wrong and nothing is written);
-2. write it locally through the core: ``QueueStore.publish`` with a nonce derived
-   from the job and the source name (the core marks the nonce atomically with the
-   publish), or ``DataStore.put`` under the source name with ``-u`` (refuses a name
-   that exists);
-3. save the pointer atomically.
+1. fetch the messages after the pointer, a batch of up to ``batch_count`` in one
+   request where the source has batches (one per request against the original),
+   streaming each into its own Upload on disk (checked on the way: a message name,
+   strictly after the one before, the declared length, the size limit; anything
+   wrong and nothing of that batch is written);
+2. write each, in order, locally through the core: ``QueueStore.publish`` with a nonce
+   derived from the job and the source name (the core marks the nonce atomically with
+   the publish), or ``DataStore.put`` under the source name with ``-u`` (refuses a
+   name that exists);
+3. save the pointer atomically after every message.
 
 A crash between 2 and 3 repeats step 2 for the same source name after a restart,
 which the nonce or the existing name turns into a no-op; so no duplicate, no gap.
 A failing source costs an exponential back-off (per job, capped) and changes nothing.
+
+With ``wait_seconds``, a run that has caught up stays a while: it long-polls the source
+(the request is held until a message arrives) and replicates each arrival at once,
+until the window (at most the interval, so runs do not overlap) is over.
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ from zosciimq.core.errors import InvalidInput, StorageFull, TooLarge, ZosciiErro
 from zosciimq.core.states import read_pointer, write_pointer
 
 log = logging.getLogger("zoscii.replikate")
+
+WAIT_SLICE_SECONDS = 5  # one long-poll at most: a stop takes effect within this
+WAIT_MARGIN_SECONDS = 1.0  # the waiting ends this long before the next scheduled run
+FALLBACK_POLL_SECONDS = 1.0  # pace of polls while waiting on a source that does not hold
 
 Clock = Callable[[], datetime]
 
@@ -68,16 +78,21 @@ class _Fetched:
     upload: Upload  # the message in queues/temp/, not yet anywhere a reader looks
 
 
-def _drop(pending: Future[_Fetched | None] | None) -> None:
+def _discard(batch: list[_Fetched]) -> None:
+    for fetched in batch:
+        fetched.upload.discard()
+    batch.clear()
+
+
+def _drop(pending: Future[list[_Fetched]] | None) -> None:
     """Wait for a prefetch the run will not use and delete what it fetched."""
     if pending is None:
         return
     try:
-        fetched = pending.result()
+        batch = pending.result()
     except Exception:  # its error is not this run's: the next run fetches it again
         return
-    if fetched is not None:
-        fetched.upload.discard()
+    _discard(batch)
 
 
 class _RunFailed(Exception):
@@ -143,6 +158,8 @@ class Replicator:
             metrics.runs.labels(job.name, outcome)
         metrics.messages.labels(job.name)
         metrics.bytes.labels(job.name)
+        metrics.fetches.labels(job.name)
+        metrics.batch_support.labels(job.name).set(0 if job.mode == "original" else -1)
 
     def close(self) -> None:
         self.client.close()
@@ -165,39 +182,58 @@ class Replicator:
         return self._record(result)
 
     def _follow(self) -> RunResult:
-        """The run's loop, with the next message fetched while this one is written.
+        """The run's loop, with the next batch fetched while this one is written.
 
-        Fetching needs only the previous name, so message N+1 travels over the network
-        while N is written and its pointer saved. Writes stay strictly sequential, in
-        the main thread; a prefetched message is only ever in a temp Upload until its
-        turn, and discarded if the run ends first.
+        Fetching needs only the previous name, so batch N+1 travels over the network
+        while the messages of batch N are written and their pointers saved. Writes stay
+        strictly sequential, in the main thread; a prefetched message is only ever in a
+        temp Upload until its turn, and discarded if the run ends first.
         """
         job, counts = self.job, {"messages": 0, "bytes": 0, "duplicates": 0}
-        pointer = ""
+        cap, pointer, batch = job.max_messages_per_run, "", list[_Fetched]()
+        started = self.monotonic()
         with ThreadPoolExecutor(1, thread_name_prefix=f"replikate-{job.name}") as prefetch:
-            pending: Future[_Fetched | None] | None = None
+            pending: Future[list[_Fetched]] | None = None
+            asked_wait, asked_at = 0, started  # the long-poll of the pending fetch, if any
             try:
                 pointer = self._read_pointer()
-                pending = prefetch.submit(self._fetch, pointer)
+                pending = prefetch.submit(self._fetch, pointer, self._wanted(cap))
                 while True:
-                    if counts["messages"] >= job.max_messages_per_run:
+                    if counts["messages"] >= cap:
                         outcome = "capped"
                         break
-                    if self.stop.is_set():
+                    if self.stop.is_set() or pending is None:
                         outcome = "stopped"
                         break
-                    assert pending is not None
-                    fetched, pending = pending.result(), None
-                    if fetched is None:
-                        outcome = "caught_up"
-                        break
-                    if counts["messages"] + 1 < job.max_messages_per_run:
-                        pending = prefetch.submit(self._fetch, fetched.name)
-                    duplicate = self._store(fetched)
-                    pointer = fetched.name
-                    counts["messages"] += 1
-                    counts["bytes"] += fetched.size
-                    counts["duplicates"] += duplicate
+                    batch, pending = pending.result(), None
+                    if not batch:
+                        if asked_wait:  # a long-poll came back empty: keep a polling pace
+                            spent = self.monotonic() - asked_at
+                            self.stop.wait(max(0.0, FALLBACK_POLL_SECONDS - spent))
+                        asked_wait = self._wait_slice(started)
+                        if not asked_wait:
+                            outcome = "caught_up"
+                            break
+                        if not self.stop.is_set():
+                            asked_at = self.monotonic()
+                            pending = prefetch.submit(
+                                self._fetch,
+                                pointer,
+                                self._wanted(cap - counts["messages"]),
+                                asked_wait,
+                            )
+                        continue
+                    asked_wait = 0
+                    left = cap - counts["messages"] - len(batch)
+                    if left > 0:
+                        pending = prefetch.submit(self._fetch, batch[-1].name, self._wanted(left))
+                    while batch and not self.stop.is_set():
+                        fetched = batch.pop(0)
+                        duplicate = self._store(fetched)
+                        pointer = fetched.name
+                        counts["messages"] += 1
+                        counts["bytes"] += fetched.size
+                        counts["duplicates"] += duplicate
             except _RunFailed as failure:
                 return RunResult(
                     job.name,
@@ -208,32 +244,67 @@ class Replicator:
                     **counts,
                 )
             finally:
+                _discard(batch)
                 _drop(pending)
         return RunResult(job.name, outcome, pointer=pointer, **counts)
 
-    def _fetch(self, pointer: str) -> _Fetched | None:
-        """The message after ``pointer``, checked and on disk in a temp Upload, or None."""
-        upload: Upload | None = None
+    def _wanted(self, left: int) -> int:
+        """Messages to ask for: a batch, within ``left`` of the per-run cap."""
+        return max(1, min(self.job.batch_count, left))
+
+    def _wait_slice(self, started: float) -> int:
+        """Seconds the next fetch may long-poll; 0 when the run should end now.
+
+        The waiting window is ``wait_seconds`` from the start of the run, at most the
+        interval (minus a margin) so that a run ends before the next one is due.
+        """
+        job = self.job
+        if job.wait_seconds <= 0:
+            return 0
+        window = job.wait_seconds if job.cron else min(job.wait_seconds, job.interval_seconds)
+        left = started + window - WAIT_MARGIN_SECONDS - self.monotonic()
+        return max(0, min(WAIT_SLICE_SECONDS, int(left)))
+
+    def _fetch(self, pointer: str, count: int, wait: int = 0) -> list[_Fetched]:
+        """Up to ``count`` messages after ``pointer``, checked and each on disk in a temp
+        Upload; [] when there is none. ``wait``: long-poll seconds."""
+        uploads: list[Upload] = []
 
         def open_sink(info: ReplyInfo) -> Upload:
-            nonlocal upload
             upload = Upload(self.data_dir, self.job.max_message_bytes)
+            uploads.append(upload)
             return upload
 
+        source, held = self.job.source_queue, wait or None
         try:
-            received = self.client.fetch_into(self.job.source_queue, pointer, open_sink)
-            if received is None:
-                return None
-            assert upload is not None
-            if received.offset != 0 or (
-                received.total_length is not None and received.size != received.total_length
-            ):
-                error = TruncatedReply(f"{received.name}: got only part of the message")
-                raise _RunFailed(error.reason, f"source: {error}")
-            upload.sync()  # the slow fsync of the content, off the write path
-            return _Fetched(received.name, received.size, upload)
+            self.metrics.fetches.labels(self.job.name).inc()
+            if count > 1:
+                received = self.client.fetch_batch_into(
+                    source,
+                    pointer,
+                    open_sink,
+                    count=count,
+                    max_bytes=self.job.batch_bytes,
+                    wait=held,
+                )
+                support = self.client.batch_support
+                if support is not None:
+                    self.metrics.batch_support.labels(self.job.name).set(int(support))
+            else:
+                one = self.client.fetch_into(source, pointer, open_sink, wait=held)
+                received = [] if one is None else [one]
+            batch = []
+            for part, upload in zip(received, uploads, strict=True):
+                if part.offset != 0 or (
+                    part.total_length is not None and part.size != part.total_length
+                ):
+                    error = TruncatedReply(f"{part.name}: got only part of the message")
+                    raise _RunFailed(error.reason, f"source: {error}")
+                upload.sync()  # the slow fsync of the content, off the write path
+                batch.append(_Fetched(part.name, part.size, upload))
+            return batch
         except BaseException as exc:
-            if upload is not None:
+            for upload in uploads:
                 upload.discard()
             if isinstance(exc, ZosciiClientError):
                 raise _RunFailed(exc.reason, f"source: {exc}") from exc

@@ -51,7 +51,11 @@ DEFAULTS: dict[str, tuple[type, Any]] = {
     "mode": (str, "default"),
     "backoff_initial_seconds": (float, 5.0),
     "backoff_max_seconds": (float, 600.0),
+    "batch_count": (int, 100),
+    "batch_bytes": (int, 16 << 20),
+    "wait_seconds": (float, 0.0),
 }
+MAX_BATCH_COUNT = 1000  # the api's default ZOSCII_MAX_BATCH_COUNT
 JOB_KEYS = set(DEFAULTS) | {
     "source_url",
     "source_queue",
@@ -85,6 +89,9 @@ class JobConfig:
     mode: str = "default"
     backoff_initial_seconds: float = 5.0
     backoff_max_seconds: float = 600.0
+    batch_count: int = 100  # messages per fetch where the source has batches; 1: never batch
+    batch_bytes: int = 16 << 20  # byte budget of one batch (the first message always comes)
+    wait_seconds: float = 0.0  # long-poll after catching up, bounded by the interval; 0: off
     pointer_file: str | None = None  # default: replikate_state_<sq>_<tq or store>.txt
     # Resolved from the environment at start; never printed.
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -231,6 +238,12 @@ def _job(
             raise SettingsError(f"{where} {key}: must be more than 0")
     if values["max_messages_per_run"] < 1 or values["max_message_bytes"] < 1:
         raise SettingsError(f"{where}: max_messages_per_run and max_message_bytes must be >= 1")
+    if not 1 <= values["batch_count"] <= MAX_BATCH_COUNT:
+        raise SettingsError(f"{where} batch_count: must be 1 to {MAX_BATCH_COUNT} (1: no batches)")
+    if values["batch_bytes"] < 1:
+        raise SettingsError(f"{where} batch_bytes: must be >= 1")
+    if not 0 <= values["wait_seconds"] <= 3600:
+        raise SettingsError(f"{where} wait_seconds: must be 0 (off) to 3600")
     verify: bool | str = values["verify_tls"]
     if values["ca_bundle"]:
         if not verify:
@@ -260,6 +273,9 @@ def _job(
         mode=values["mode"],
         backoff_initial_seconds=values["backoff_initial_seconds"],
         backoff_max_seconds=values["backoff_max_seconds"],
+        batch_count=values["batch_count"],
+        batch_bytes=values["batch_bytes"],
+        wait_seconds=values["wait_seconds"],
         pointer_file=pointer_file,
         headers=_headers(table, where, env),
         basic_auth=_basic_auth(table, where, env),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from zosciimq.cli import exit_codes
 from zosciimq.cli.console import b64
-from zosciimq.cli.context import Context
+from zosciimq.cli.context import CliError, Context
 from zosciimq.cli.inputs import open_message
 from zosciimq.cli.sinks import stdout_sink
 from zosciimq.client import DownloadResult
@@ -53,6 +55,7 @@ def store(ctx: Context) -> int:
 def fetch(ctx: Context) -> int:
     args, client, console = ctx.args, ctx.client, ctx.console
     if args.output not in (None, "-"):
+        _check_output(args.output)
         bar = ctx.progress(f"fetch {args.queue}")
         try:
             result = client.download(
@@ -88,6 +91,7 @@ def fetch(ctx: Context) -> int:
 def retrieve(ctx: Context) -> int:
     args, client, console = ctx.args, ctx.client, ctx.console
     if args.output not in (None, "-"):
+        _check_output(args.output)
         bar = ctx.progress("retrieve")
         try:
             result = client.download_stored(args.name, args.output, on_progress=bar.update)
@@ -111,6 +115,11 @@ def retrieve(ctx: Context) -> int:
         console.flush()
         bar.close()
     return exit_codes.OK
+
+
+def _check_output(path: str) -> None:
+    if Path(path).is_dir():
+        raise CliError(f"-o {path} is a directory: give a file path", exit_codes.USAGE)
 
 
 def _report_download(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import copy
+import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from zosciimq import __version__
@@ -40,6 +42,37 @@ environment:
 {codes}"""
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: options and arguments in any order (``publish q -r 7 text``).
+
+    Plain argparse fills an optional MESSAGE before it sees ``-r 7`` and then has no
+    place for ``text``; intermixed parsing does not have that problem. ``run`` keeps
+    plain parsing: everything after the service name belongs to the service.
+    """
+
+    def __init__(self, *args: Any, intermixed: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.intermixed = intermixed
+        self._inside = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if not self.intermixed or self._inside:
+            return super().parse_known_args(args, namespace)
+        args = list(sys.argv[1:] if args is None else args)
+        self._inside = True
+        try:
+            parsed, extras = self.parse_known_intermixed_args(args, copy.copy(namespace))
+        finally:
+            self._inside = False
+        if extras and "--" in args:  # intermixed parsing loses a "--" right after options
+            plain = super().parse_known_args(args, namespace)
+            if not plain[1]:
+                return plain
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zoscii",
@@ -49,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"zoscii {__version__}")
     _global_options(parser, suppress=False)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=CommandParser
+    )
     add = _command_adder(commands)
     _publish(add)
     _fetch(add)
@@ -121,10 +156,17 @@ Adder = Callable[..., argparse.ArgumentParser]
 
 def _command_adder(commands: Any) -> Adder:
     def add(
-        name: str, handler: Callable[..., int], summary: str, description: str, examples: str
+        name: str,
+        handler: Callable[..., int],
+        summary: str,
+        description: str,
+        examples: str,
+        *,
+        intermixed: bool = True,
     ) -> argparse.ArgumentParser:
         sub = commands.add_parser(
             name,
+            intermixed=intermixed,
             help=summary,
             description=f"{summary}.\n\n{textwrap.fill(description, 80)}",
             epilog=f"examples:\n{examples}\n\n{exit_codes.epilog()}",
@@ -308,6 +350,7 @@ def _run(add: Adder) -> None:
         "  zoscii run replikate --job partner-a\n"
         "  zoscii run claireup --dry-run --data-dir /data\n"
         "  zoscii run statissa --data-dir /data > stats.json",
+        intermixed=False,
     )
     sub.add_argument(
         "service",

@@ -73,8 +73,9 @@ class NoProgress:
 
 
 def _size(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+    units = ("B", "KB", "MB", "GB", "TB")
+    index = 0
+    while count >= 1000 and index < len(units) - 1:
         count /= 1000
-    raise AssertionError("unreachable")
+        index += 1
+    return f"{count:.0f} B" if index == 0 else f"{count:.1f} {units[index]}"

@@ -179,7 +179,7 @@ class Tail:
     def _run_command(self, name: str, size: int, stdin: BinaryIO, path: Path | None) -> None:
         """The shell command gets the message on stdin and its name in the environment."""
         env = {
-            **os.environ,
+            **self.ctx.env,
             "ZOSCII_QUEUE": self.queue,
             "ZOSCII_NAME": name,
             "ZOSCII_SIZE": str(size),

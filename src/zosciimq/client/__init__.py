@@ -9,8 +9,11 @@
                 handle(message.name, message.data)
 
 Errors are typed (``zosciimq.client.errors``); binary payloads stay byte-exact.
+``fetch_batch`` reads many messages per request and ``wait=`` long-polls where the server
+has them (this project's api), falling back to single fetches against the original.
 """
 
+from zosciimq.client.batch import BatchMessage
 from zosciimq.client.client import Message, Mode, Published, ZosciiClient, new_nonce
 from zosciimq.client.consumer import Consumer
 from zosciimq.client.download import DownloadResult
@@ -46,6 +49,7 @@ from zosciimq.client.transport import TransportOptions
 __all__ = [
     "BadHeaders",
     "BadMessageName",
+    "BatchMessage",
     "Consumer",
     "DeadlineExceeded",
     "DownloadResult",

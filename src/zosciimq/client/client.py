@@ -7,6 +7,15 @@ Two modes:
   HTTP ``Range`` for resuming store downloads.
 * ``"original"`` (alias ``"compat"``): only what the original PHP implementation
   understands, every action as an urlencoded POST form, as its replikate.php does.
+  Requests keep that exact shape: no ``count`` (batch) and no ``wait`` (long-poll) is
+  ever sent, although the original would ignore them, so a strict proxy or firewall in
+  front of an original server sees nothing new.
+
+Batch fetch and long-poll (this project's improvements) are used in the default mode
+only. Whether a server knows batches is learnt from its first reply to one and
+remembered per client (``batch_support``): ``multipart/mixed`` means yes; a single
+binary message means no (the original ignores ``count``), and from then on the client
+makes single fetches, returning that first message as a batch of one.
 
 The urlencoded form is byte-exact for binary messages: requests percent-encodes the raw
 bytes of a ``bytes`` value, and the server decodes them back to the same bytes.
@@ -17,6 +26,8 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import logging
+import math
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,6 +38,7 @@ from typing import Any, Literal
 import requests
 import urllib3.exceptions
 
+from zosciimq.client.batch import BatchMessage, Spooler, is_batch, read_batch
 from zosciimq.client.consumer import Consumer
 from zosciimq.client.download import Download, DownloadResult, Progress
 from zosciimq.client.errors import (
@@ -51,8 +63,12 @@ from zosciimq.client.replies import (
 )
 from zosciimq.client.transport import Deadline, TransportOptions, build_session, deadline
 
+log = logging.getLogger("zosciimq.client")
+
 Mode = Literal["default", "original", "compat"]
 DEFAULT_STREAM_THRESHOLD = 1 << 20
+DEFAULT_BATCH_COUNT = 100
+DEFAULT_BATCH_MEMORY = 8 << 20  # fetch_batch: parts beyond this many bytes go to temp files
 DEFAULT_MAX_ENVELOPE_BYTES = 64 << 20
 DEFAULT_MAX_HEADER_BYTES = 64 << 10
 
@@ -109,6 +125,9 @@ class ZosciiClient:
         self.max_envelope_bytes = max_envelope_bytes
         self.max_header_bytes = max_header_bytes
         self.stream_threshold = stream_threshold
+        # None: not known yet; True: the server answered a batch; False: it answered a
+        # batch request with a single message (the original), so single fetches are made.
+        self.batch_support: bool | None = None
 
     def close(self) -> None:
         self.session.close()
@@ -137,11 +156,24 @@ class ZosciiClient:
         return Published(nonce=nonce, message=envelope.message)
 
     def fetch(
-        self, queue: str, after: str = "", *, offset: int = 0, length: int = 0
+        self,
+        queue: str,
+        after: str = "",
+        *,
+        offset: int = 0,
+        length: int = 0,
+        wait: float | None = None,
     ) -> Message | None:
-        """The first message after ``after``, or None when there is nothing (new)."""
+        """The first message after ``after``, or None when there is nothing (new).
+
+        ``wait``: seconds the server may hold the request until a message arrives
+        (long-poll, capped by the server; ignored by the original and never sent in the
+        original mode).
+        """
         buffer = io.BytesIO()
-        received = self.fetch_into(queue, after, lambda _info: buffer, offset=offset, length=length)
+        received = self.fetch_into(
+            queue, after, lambda _info: buffer, offset=offset, length=length, wait=wait
+        )
         if received is None:
             return None
         return Message(received.name, buffer.getvalue(), received.offset, received.total_length)
@@ -155,11 +187,13 @@ class ZosciiClient:
         offset: int = 0,
         length: int = 0,
         headers: Mapping[str, str] | None = None,
+        wait: float | None = None,
     ) -> Received | None:
         """Stream the next message into ``open_sink(info)``; None when there is none.
 
         The name is checked (a message name, sorting after ``after``) before the sink
-        is opened; the body is checked against its declared length after.
+        is opened; the body is checked against its declared length after. ``wait``: as
+        for ``fetch``.
         """
         params = {"action": "fetch", "q": queue}
         if after:
@@ -168,7 +202,99 @@ class ZosciiClient:
             params["offset"] = str(offset)
         if length:
             params["length"] = str(length)
-        return self._read_message(params, open_sink, after=after, headers=headers)
+        held = self._add_wait(params, wait)
+        return self._read_message(params, open_sink, after=after, headers=headers, wait=held)
+
+    def fetch_batch(
+        self,
+        queue: str,
+        after: str = "",
+        count: int = DEFAULT_BATCH_COUNT,
+        max_bytes: int | None = None,
+        wait: float | None = None,
+        *,
+        memory_limit: int = DEFAULT_BATCH_MEMORY,
+        spool_dir: Path | str | None = None,
+    ) -> list[BatchMessage]:
+        """Up to ``count`` messages after ``after`` in one request; [] when there is none.
+
+        ``max_bytes``: the batch's byte budget on the server (the first message always
+        comes, whatever its size). ``wait``: long-poll seconds, as for ``fetch``. Parts
+        are kept in memory up to ``memory_limit`` bytes in all and written to unnamed
+        temporary files beyond that (``BatchMessage.spooled``); close the messages, or
+        let them be collected, to free those. Against a server without batches (see
+        ``batch_support``) each call is a single fetch: at most one message.
+        """
+        spooler = Spooler(memory_limit, spool_dir)
+        try:
+            received = self.fetch_batch_into(
+                queue, after, spooler, count=count, max_bytes=max_bytes, wait=wait
+            )
+            return spooler.messages(received)
+        except BaseException:
+            spooler.discard()
+            raise
+
+    def fetch_batch_into(
+        self,
+        queue: str,
+        after: str,
+        open_sink: SinkFactory,
+        *,
+        count: int = DEFAULT_BATCH_COUNT,
+        max_bytes: int | None = None,
+        wait: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> list[Received]:
+        """Stream up to ``count`` messages after ``after``, each into ``open_sink(info)``.
+
+        Every part is checked as a single fetch is (a message name, strictly after the
+        one before it and the first after ``after``, its length exact, within
+        ``max_message_bytes``) and streamed chunk by chunk into its own sink as it
+        arrives. On an error the sinks opened so far hold incomplete data: discard them
+        all. [] when there is nothing after ``after``.
+        """
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1 (or None: the server's budget)")
+        params = {"action": "fetch", "q": queue}
+        if after:
+            params["after"] = after
+        batch = count > 1 and not self.original and self.batch_support is not False
+        if batch:
+            params["count"] = str(count)
+            if max_bytes is not None:
+                params["max_bytes"] = str(max_bytes)
+        held = self._add_wait(params, wait)
+        method = "POST" if self.original else "GET"
+        with self._exchange(method, params, headers=headers, wait=held) as response:
+            if batch and is_batch(response):
+                if self.batch_support is not True:
+                    log.debug("%s answers batch fetches", self.url)
+                    self.batch_support = True
+                return read_batch(
+                    response,
+                    open_sink,
+                    after=after,
+                    count=count,
+                    max_bytes=self.max_message_bytes,
+                    max_header_bytes=self.max_header_bytes,
+                )
+            if not is_binary(response):
+                self._envelope(response)  # raises the typed error, if any
+                return []
+            if batch:
+                log.info(
+                    "%s answered a batch fetch with a single message: it does not know "
+                    "batches (the original implementation); single fetches from now on",
+                    self.url,
+                )
+                self.batch_support = False
+            received = receive_message(
+                response, open_sink, max_bytes=self.max_message_bytes, after=after
+            )
+            return [received]
 
     def consume(self, queue: str, pointer: PointerStore | None = None, **options: Any) -> Consumer:
         """A ``Consumer`` of ``queue`` whose pointer lives in ``pointer`` (see consumer.py)."""
@@ -283,6 +409,14 @@ class ZosciiClient:
             raise NotZosciiReply("expected a JSON envelope, got a binary reply")
         return read_envelope(response, self.max_envelope_bytes)
 
+    def _add_wait(self, params: dict[str, str], wait: float | None) -> float:
+        """Ask for a long-poll of ``wait`` seconds (whole, rounded up); the seconds asked."""
+        if wait is None or wait <= 0 or self.original:
+            return 0.0
+        seconds = math.ceil(wait)
+        params["wait"] = str(seconds)
+        return float(seconds)
+
     def _read_message(
         self,
         params: dict[str, str],
@@ -291,9 +425,10 @@ class ZosciiClient:
         after: str | None = None,
         expect_name: str | None = None,
         headers: Mapping[str, str] | None = None,
+        wait: float = 0.0,
     ) -> Received | None:
         method = "POST" if self.original else "GET"
-        with self._exchange(method, params, headers=headers) as response:
+        with self._exchange(method, params, headers=headers, wait=wait) as response:
             if not is_binary(response):
                 self._envelope(response)  # raises the typed error, if any
                 return None
@@ -313,13 +448,17 @@ class ZosciiClient:
         *,
         body: Any = None,
         headers: Mapping[str, str] | None = None,
+        wait: float = 0.0,
     ) -> Iterator[requests.Response]:
         """One request under the overall deadline, network failures turned into our errors.
 
         Form requests carry the parameters in the body; GET and raw-body POST in the URL.
+        ``wait``: seconds the server may legitimately stay silent (a long-poll), added to
+        the read timeout and the deadline.
         """
         form = method == "POST" and body is None
-        with deadline(self.options.deadline) as current:
+        limit = None if self.options.deadline is None else self.options.deadline + wait
+        with deadline(limit) as current:
             try:
                 response = self.session.request(
                     method,
@@ -327,7 +466,7 @@ class ZosciiClient:
                     params=None if form else params,
                     data=params if form else body,
                     headers=dict(headers or {}),
-                    timeout=(self.options.connect_timeout, self.options.read_timeout),
+                    timeout=(self.options.connect_timeout, self.options.read_timeout + wait),
                     stream=True,
                     allow_redirects=False,
                 )

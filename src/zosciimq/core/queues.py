@@ -218,8 +218,11 @@ class QueueStore:
         if index is not None:
             header = index.header()
             # A set ``pending`` is a publish in flight: its message is not indexed yet,
-            # which is exactly right for a reader, so trust the index meanwhile.
-            if header is not None and (header.pending or header.matches(dir_stat)):
+            # which is exactly right for a reader, so trust the index meanwhile; unless
+            # its publisher died (kill -9): then recover now, not at the next publish.
+            if header is not None and (
+                header.matches(dir_stat) or (header.pending and _lock_is_held(q))
+            ):
                 return index
             index.close()
         with q.lock(), self._open_index(q) as locked:
@@ -244,3 +247,12 @@ class QueueStore:
         """Indexed names (may include messages deleted since the last rebuild)."""
         with self._current_index(_Queue(self.data_dir, queue)) as index:
             return index.count()
+
+
+def _lock_is_held(q: _Queue) -> bool:
+    """Whether a publisher holds the queue lock now (a kill -9 releases it)."""
+    lock = q.lock()
+    if not lock.try_acquire():
+        return True
+    lock.release()
+    return False

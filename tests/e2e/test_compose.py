@@ -1,0 +1,174 @@
+"""The shipped docker-compose.yml itself: ``up -d`` brings all four services to healthy,
+hardened as documented, the api answers on the published port, ``down -v`` removes
+everything. Uses the compose CLI (``docker compose`` or docker-compose 1.29), as a user
+would, with a unique project name and free host ports so it never clashes with a stack
+already running here."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+import requests
+from docker.models.containers import Container
+from testcontainers.core.config import ConnectionMode
+from testcontainers.core.docker_client import DockerClient
+
+from tests.e2e import mq
+from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT
+from tests.e2e.conftest import E2E, image_tag_env
+from tests.e2e.stack import wait_healthy
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+SERVICES = {"api", "replikate", "claireup", "statissa"}
+PROJECT_LABEL = "com.docker.compose.project"
+SERVICE_LABEL = "com.docker.compose.service"
+UP_TIMEOUT = 240  # seconds to healthy; the shipped probe interval is 15 s
+
+
+def compose_command() -> list[str]:
+    """``docker compose`` (v2) if the CLI has it, else docker-compose (v1)."""
+    docker_cli = shutil.which("docker")
+    if docker_cli:
+        probe = subprocess.run(
+            [docker_cli, "compose", "version"], capture_output=True, timeout=30, check=False
+        )
+        if probe.returncode == 0:
+            return [docker_cli, "compose"]
+    legacy = shutil.which("docker-compose")
+    if legacy:
+        return [legacy]
+    pytest.skip("neither `docker compose` nor `docker-compose` is installed")
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def clean_environment() -> dict[str, str]:
+    """The shell environment without anything that would change the stack: the test
+    passes its own settings in an env file instead of the project's .env."""
+    dropped = ("ZOSCII_", "COMPOSE_", "IMAGE_TAG", "BASE_IMAGE", "JAVA_BASE_IMAGE", "TZ")
+    return {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+
+
+def published_host(container: Container) -> str:
+    """Where the tests reach a port the container publishes on all interfaces (the same
+    rules testcontainers applies to its own containers)."""
+    tc = DockerClient()
+    mode = tc.get_connection_mode()
+    if mode == ConnectionMode.gateway_ip:
+        return tc.gateway_ip(container.id)
+    if mode == ConnectionMode.docker_host:
+        return tc.host()
+    pytest.skip("bridge_ip connection mode: published host ports are not reachable")
+
+
+def remove_project(client: docker.DockerClient, project: str) -> None:
+    """If ``down -v`` failed: whatever the project left."""
+    selector = {"label": f"{PROJECT_LABEL}={project}"}
+    for container in client.containers.list(all=True, filters=selector):
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True, v=True)
+    for net in client.networks.list(filters=selector):
+        with contextlib.suppress(docker.errors.NotFound):
+            net.remove()
+    for volume in client.volumes.list(filters=selector):
+        with contextlib.suppress(docker.errors.NotFound):
+            volume.remove(force=True)
+
+
+def check_hardening(container: Container, project: str) -> None:
+    attrs = container.attrs
+    host, config = attrs["HostConfig"], attrs["Config"]
+    name = container.name
+    assert host["ReadonlyRootfs"] is True, name
+    assert host["CapDrop"] == ["ALL"], (name, host["CapDrop"])
+    assert "no-new-privileges:true" in host["SecurityOpt"], (name, host["SecurityOpt"])
+    assert "/tmp" in (host.get("Tmpfs") or {}), (name, host.get("Tmpfs"))
+    assert config["User"] and config["User"].split(":")[0] not in ("0", "root"), name
+    data = [m for m in attrs["Mounts"] if m["Destination"] == "/data"]
+    assert len(data) == 1 and data[0]["Type"] == "volume", (name, attrs["Mounts"])
+    assert data[0]["Name"] == f"{project}_zoscii_data" and data[0]["RW"], (name, data)
+
+
+def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_path: Path) -> None:
+    compose = compose_command()
+    project = f"zoscii-e2e-{e2e.run_id}"
+    api_port, stats_port, replikate_port, claireup_port = free_ports(4)
+    env_file = tmp_path / "compose.env"
+    settings = {
+        **image_tag_env(),
+        "ZOSCII_API_PORT": api_port,
+        "ZOSCII_STATISSA_PORT": stats_port,
+        "ZOSCII_REPLIKATE_METRICS_PORT": replikate_port,
+        "ZOSCII_CLAIREUP_METRICS_PORT": claireup_port,
+    }
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    base = [*compose, "-p", project, "--env-file", str(env_file), "-f", str(COMPOSE_FILE)]
+
+    def run(*args: str, timeout: float) -> None:
+        done = subprocess.run(
+            [*base, *args],
+            cwd=REPO_ROOT,
+            env=clean_environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+
+    selector = {"label": f"{PROJECT_LABEL}={project}"}
+    try:
+        run("up", "-d", "--no-build", timeout=300)
+        containers = e2e.client.containers.list(all=True, filters=selector)
+        assert {c.labels[SERVICE_LABEL] for c in containers} == SERVICES
+        assert len(containers) == len(SERVICES)
+        wait_healthy(containers, timeout=UP_TIMEOUT)
+
+        by_service = {c.labels[SERVICE_LABEL]: c for c in containers}
+        for container in containers:
+            container.reload()
+            check_hardening(container, project)
+        bindings = {
+            service: by_service[service].attrs["HostConfig"]["PortBindings"][f"{port}/tcp"]
+            for service, port in (("replikate", 9101), ("claireup", 9102))
+        }
+        assert bindings["replikate"] == [{"HostIp": "127.0.0.1", "HostPort": str(replikate_port)}]
+        assert bindings["claireup"] == [{"HostIp": "127.0.0.1", "HostPort": str(claireup_port)}]
+
+        api = f"http://{published_host(by_service['api'])}:{api_port}"
+        with requests.Session() as http:
+            mq.publish_raw(http, api, "compose", mq.ALL_BYTES, 1)
+            assert mq.bodies(mq.drain(http, api, "compose")) == [mq.ALL_BYTES]
+            stats = f"http://{published_host(by_service['statissa'])}:{stats_port}"
+            assert http.get(f"{stats}/healthz", timeout=10).status_code == 200
+    finally:
+        try:
+            run("down", "-v", "--timeout", "60", timeout=300)
+        finally:
+            leftovers = (
+                [c.name for c in e2e.client.containers.list(all=True, filters=selector)]
+                + [n.name for n in e2e.client.networks.list(filters=selector)]
+                + [v.name for v in e2e.client.volumes.list(filters=selector)]
+            )
+            with contextlib.suppress(docker.errors.NotFound):
+                leftovers.append(e2e.client.volumes.get(f"{project}_zoscii_data").name)
+            remove_project(e2e.client, project)
+    assert not leftovers, f"left behind by down -v: {sorted(set(leftovers))}"
