@@ -35,6 +35,7 @@ errorlog = "-"
 loglevel = os.environ.get("ZOSCII_LOG_LEVEL", "info")
 access_log_format = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms'
 wsgi_app = "zoscii_api.app:create_app()"
+control_socket_disable = True  # no runtime-control socket in $HOME: unused, one less door
 if _settings.tls_cert:  # HTTPS served by gunicorn itself; a reverse proxy is the other way
     certfile, keyfile = _settings.tls_cert, _settings.tls_key or None
 

@@ -368,3 +368,17 @@ def test_openapi_document_is_served(client) -> None:
     assert reply.status_code == 200
     source = Path(__file__).resolve().parents[2] / "services/api/zoscii_api/openapi.yaml"
     assert reply.data == source.read_bytes()
+
+
+def test_an_empty_raw_body_is_an_empty_message(client) -> None:
+    reply = client.post("/?action=publish&q=e", data=b"", content_type="application/octet-stream")
+    assert body(reply)["error"] == ""
+    assert drain(client, "e") == [(drain(client, "e")[0][0], b"")]
+
+
+def test_msg_in_the_url_with_an_empty_raw_body(client) -> None:
+    reply = client.post("/?action=publish&q=u&msg=hello", data=b"", content_type="text/plain")
+    assert body(reply)["error"] == ""
+    assert drain(client, "u")[0][1] == b"hello"
+    both = client.post("/?action=publish&q=u&msg=x", data=b"y", content_type="text/plain")
+    assert both.status_code == 400 and body(both)["error"]

@@ -23,6 +23,7 @@ from zosciimq.core import (
     parse_name,
 )
 from zosciimq.core import index as idx
+from zosciimq.core.locking import FileLock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -147,12 +148,37 @@ def test_a_publisher_dying_after_the_rename_is_finished_by_the_next(
         publish("orders", b"2", nonce="retry-token")
     orphan = idx.IndexFile.open(data_dir.index_path("orders")).header().pending
     assert (data_dir.queue_dir("orders") / orphan).exists()
-    assert [n for n, _ in drain(queues, "orders")] == [first]  # not visible yet
     monkeypatch.undo()
 
+    # The next one to look (here a reader; a publisher does the same) sees the queue lock
+    # free with a publish pending: its publisher died, so it finishes it, in order.
+    assert drain(queues, "orders") == [(first, b"1"), (orphan, b"2")]
     assert publish("orders", b"2", nonce="retry-token") is None  # the retry: already there
     third = publish("orders", b"3")
     assert drain(queues, "orders") == [(first, b"1"), (orphan, b"2"), (third, b"3")]
+
+
+def test_a_reader_does_not_finish_a_publish_that_is_still_running(
+    publish, data_dir, queues
+) -> None:
+    """pending set while the publisher holds the lock: the reader trusts the index."""
+    first = publish("orders", b"1")
+    index = idx.IndexFile.open(data_dir.index_path("orders"))
+    header = index.header()
+    lock = FileLock(data_dir.queue_lock_path("orders"))
+    lock.acquire()
+    try:
+        header.pending = "209912312359590000-0001-00000000-0000-4000-8000-000000000000.bin"
+        index.write_header(header)
+        (data_dir.queue_dir("orders") / header.pending).write_bytes(b"in flight")
+        seen = []
+        reader = threading.Thread(target=lambda: seen.extend(drain(queues, "orders")))
+        reader.start()
+        reader.join(timeout=10)
+        assert seen == [(first, b"1")], "a reader made an in-flight publish visible"
+    finally:
+        lock.release()
+        index.close()
 
 
 def test_a_failed_index_write_leaves_nothing_behind(publish, data_dir, monkeypatch) -> None:

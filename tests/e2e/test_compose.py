@@ -7,10 +7,12 @@ already running here."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import docker
@@ -25,6 +27,8 @@ from tests.e2e import mq
 from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT
 from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import wait_healthy
+
+log = logging.getLogger(__name__)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -123,6 +127,7 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
     base = [*compose, "-p", project, "--env-file", str(env_file), "-f", str(COMPOSE_FILE)]
 
     def run(*args: str, timeout: float) -> None:
+        started = time.monotonic()
         done = subprocess.run(
             [*base, *args],
             cwd=REPO_ROOT,
@@ -133,6 +138,7 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
             check=False,
         )
         assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        log.info("compose %s: %.1f s", " ".join(args), time.monotonic() - started)
 
     selector = {"label": f"{PROJECT_LABEL}={project}"}
     try:
@@ -140,7 +146,8 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
         containers = e2e.client.containers.list(all=True, filters=selector)
         assert {c.labels[SERVICE_LABEL] for c in containers} == SERVICES
         assert len(containers) == len(SERVICES)
-        wait_healthy(containers, timeout=UP_TIMEOUT)
+        took = wait_healthy(containers, timeout=UP_TIMEOUT)
+        log.info("all four services healthy after %.1f s", took)
 
         by_service = {c.labels[SERVICE_LABEL]: c for c in containers}
         for container in containers:
@@ -161,7 +168,7 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
             assert http.get(f"{stats}/healthz", timeout=10).status_code == 200
     finally:
         try:
-            run("down", "-v", "--timeout", "60", timeout=300)
+            run("down", "-v", timeout=300)
         finally:
             leftovers = (
                 [c.name for c in e2e.client.containers.list(all=True, filters=selector)]

@@ -44,7 +44,9 @@ def make_replicator(job: JobConfig, data_dir: Path, **kwargs: object) -> Replica
 
 
 def local_messages(data_dir: Path, queue: str) -> list[tuple[str, bytes]]:
-    """Everything in a local queue, in name order, through the core."""
+    """Everything in a local queue, in name order, through the core ([]: no such queue)."""
+    if not DataDir(data_dir).queue_dir(queue).exists():
+        return []
     out = []
     for name, file in QueueStore(DataDir(data_dir)).iter_after(queue, "", limit=10**9):
         with file:

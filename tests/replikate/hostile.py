@@ -1,7 +1,9 @@
 """A small hostile HTTP server for tests: every way a source can misbehave.
 
 ``server.scenario`` picks the misbehaviour for every request. Slow scenarios are
-bounded (they stop after a few seconds or when the client hangs up).
+bounded (they stop after a few seconds or when the client hangs up). The ``batch_*``
+scenarios answer a ``multipart/mixed`` batch fetch that is wrong in one way each
+(``batch_boundary_in_body`` is a correct one whose first message contains the delimiter).
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 POINTER = "202501011200000000-0007-0b9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
 EARLIER = "202401011200000000-0007-1c9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
 LATER = "202601011200000000-0007-2d9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
+LATEST = "202701011200000000-0007-3e9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
+BOUNDARY = "zoscii-hostile"
 
 
 class HostileServer(ThreadingHTTPServer):
@@ -24,6 +29,7 @@ class HostileServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests = 0
+        self.params: list[dict[str, str]] = []  # of every request, query and form
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -43,15 +49,17 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        self._answer()
+        self._answer(b"")
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        self._answer()
+        self._answer(self.rfile.read(length))
 
-    def _answer(self) -> None:
+    def _answer(self, body: bytes) -> None:
         self.server.requests += 1
+        query = self.path.partition("?")[2] + "&" + body.decode("latin-1")
+        self.params = {k: v[0] for k, v in parse_qs(query).items()}
+        self.server.params.append(self.params)
         getattr(self, "s_" + self.server.scenario)()
 
     # --- helpers -------------------------------------------------------------------------
@@ -209,3 +217,129 @@ class _Handler(BaseHTTPRequestHandler):
     def s_error_status_with_quiet_envelope(self) -> None:
         body = {"system": "ZOSCII MQ", "version": "1.0", "error": "", "message": "", "result": []}
         self._reply(500, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+    # --- batch fetches (multipart/mixed) ---------------------------------------------------
+    def _multipart(
+        self,
+        parts: list[tuple[str, bytes]] | list[bytes],
+        *,
+        content_type: str = f"multipart/mixed; boundary={BOUNDARY}",
+        epilogue: bytes = b"",
+        hang_up: bool = False,
+        **extra: str,
+    ) -> None:
+        """A batch reply; a part given as bytes is sent as it is (a broken part)."""
+        body = b""
+        for part in parts:
+            if isinstance(part, bytes):
+                body += part
+                continue
+            name, data = part
+            body += (
+                (
+                    f"--{BOUNDARY}\r\nContent-Type: application/octet-stream\r\n"
+                    f'Content-Disposition: attachment; filename="{name}"\r\n'
+                    f"Content-Length: {len(data)}\r\n\r\n"
+                ).encode()
+                + data
+                + b"\r\n"
+            )
+        body += f"--{BOUNDARY}--\r\n".encode() + epilogue
+        named = [p[0] for p in parts if not isinstance(p, bytes)]
+        headers = {"Content-Type": content_type, "X-ZOSCII-Count": str(len(parts)), **extra}
+        if named:
+            headers.setdefault("X-ZOSCII-Last", named[-1])
+        if hang_up:  # the head promises more than comes
+            self.send_response(200)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body) + 10_000))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self._hang_up()
+            return
+        self._reply(200, body, headers)
+
+    def s_batch_boundary_in_body(self) -> None:
+        inside = (
+            f"\r\n--{BOUNDARY}\r\nContent-Disposition: attachment; "
+            f'filename="{EARLIER}"\r\nContent-Length: 1\r\n\r\nx\r\n--{BOUNDARY}--\r\n'
+        ).encode()
+        self._multipart([(LATER, inside), (LATEST, b"second")])
+
+    def s_batch_out_of_order(self) -> None:
+        self._multipart([(LATEST, b"newest"), (LATER, b"older")])
+
+    def s_batch_not_after_pointer(self) -> None:
+        self._multipart([(POINTER, b"the pointer's own"), (LATER, b"fine")])
+
+    def s_batch_same_name_twice(self) -> None:
+        self._multipart([(LATER, b"one"), (LATER, b"again")])
+
+    def s_batch_bad_part_name(self) -> None:
+        self._multipart([("../../etc/passwd", b"root:x:0:0")])
+
+    def s_batch_part_without_name(self) -> None:
+        part = f"--{BOUNDARY}\r\nContent-Length: 3\r\n\r\nabc\r\n".encode()
+        self._multipart([part])
+
+    def s_batch_part_without_length(self) -> None:
+        part = (
+            f'--{BOUNDARY}\r\nContent-Disposition: attachment; filename="{LATER}"\r\n\r\nabc\r\n'
+        ).encode()
+        self._multipart([part])
+
+    def s_batch_length_mismatch(self) -> None:
+        part = (
+            f'--{BOUNDARY}\r\nContent-Disposition: attachment; filename="{LATER}"\r\n'
+            "Content-Length: 3\r\n\r\nabcde\r\n"
+        ).encode()
+        self._multipart([part])
+
+    def s_batch_truncated(self) -> None:
+        self._multipart([(LATER, b"a" * 5000), (LATEST, b"b" * 5000)], hang_up=True)
+
+    def s_batch_too_many_parts(self) -> None:
+        count = int(self.params.get("count", "1"))
+        names = [
+            f"2026010112{i // 60 % 60:02d}{i % 60:02d}0000-0007-{LATER[24:]}"
+            for i in range(count + 1)
+        ]
+        self._multipart([(name, b"m") for name in names])
+
+    def s_batch_count_mismatch(self) -> None:
+        self._multipart([(LATER, b"a"), (LATEST, b"b")], **{"X-ZOSCII-Count": "3"})
+
+    def s_batch_last_mismatch(self) -> None:
+        self._multipart([(LATER, b"a"), (LATEST, b"b")], **{"X-ZOSCII-Last": LATER})
+
+    def s_batch_no_boundary(self) -> None:
+        self._multipart([(LATER, b"a")], content_type="multipart/mixed")
+
+    def s_batch_other_boundary(self) -> None:
+        self._multipart([(LATER, b"a")], content_type="multipart/mixed; boundary=something-else")
+
+    def s_batch_empty(self) -> None:
+        self._multipart([])
+
+    def s_batch_epilogue(self) -> None:
+        self._multipart([(LATER, b"a")], epilogue=b"and then some")
+
+    def s_batch_too_large_part(self) -> None:
+        part = (
+            f'--{BOUNDARY}\r\nContent-Disposition: attachment; filename="{LATER}"\r\n'
+            f"Content-Length: {50 << 20}\r\n\r\n"
+        ).encode() + b"z" * 1000
+        self._multipart([part])
+
+    def s_batch_many_part_headers(self) -> None:
+        padding = "".join(f"X-Padding-{i}: {'c' * 1000}\r\n" for i in range(80))
+        part = (
+            f'--{BOUNDARY}\r\nContent-Disposition: attachment; filename="{LATER}"\r\n'
+            f"{padding}Content-Length: 1\r\n\r\nx\r\n"
+        ).encode()
+        self._multipart([part])
+
+    def s_batch_long_line(self) -> None:
+        part = f"--{BOUNDARY}\r\nX-Long: {'d' * 5000}\r\n".encode()
+        self._multipart([part])

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.replikate.conftest import make_job, make_replicator
-from tests.replikate.hostile import POINTER, HostileServer
+from tests.replikate.hostile import BOUNDARY, LATER, LATEST, POINTER, HostileServer
 from zoscii_replikate.pointer import pointer_path
-from zosciimq.core import DataDir
+from zosciimq.core import DataDir, DataStore
 from zosciimq.core.states import read_pointer, write_pointer
 
 CASES = {
@@ -37,6 +37,25 @@ CASES = {
     "too_large": "too_large",
     "too_large_undeclared": "too_large",
     "envelope_error": "not_found",
+    # batch fetches (multipart/mixed): every part checked as a single fetch is
+    "batch_out_of_order": "out_of_order",
+    "batch_not_after_pointer": "out_of_order",
+    "batch_same_name_twice": "out_of_order",
+    "batch_bad_part_name": "bad_name",
+    "batch_part_without_name": "bad_name",
+    "batch_part_without_length": "not_zoscii",
+    "batch_length_mismatch": "not_zoscii",
+    "batch_truncated": "truncated",
+    "batch_too_many_parts": "not_zoscii",
+    "batch_count_mismatch": "not_zoscii",
+    "batch_last_mismatch": "not_zoscii",
+    "batch_no_boundary": "not_zoscii",
+    "batch_other_boundary": "not_zoscii",
+    "batch_empty": "not_zoscii",
+    "batch_epilogue": "not_zoscii",
+    "batch_too_large_part": "too_large",
+    "batch_many_part_headers": "bad_headers",
+    "batch_long_line": "not_zoscii",
 }
 
 
@@ -82,6 +101,38 @@ def test_hostile_reply_changes_nothing(
     assert read_pointer(path) == POINTER
     assert local_files(tmp_path) == []
     assert time.monotonic() - started < 6  # bounded: read timeout or the overall deadline
+
+
+def test_a_bad_batch_after_good_parts_writes_none_of_them(
+    hostile: HostileServer, tmp_path: Path
+) -> None:
+    """The first part of "batch_out_of_order" is fine, the second is not: the whole batch
+    is refused, so nothing is written and the pointer stays."""
+    hostile.scenario = "batch_out_of_order"
+    job = make_job(hostile.url, "orders", "mirror")
+    path = pointer_path(DataDir(tmp_path), job)
+    path.parent.mkdir(parents=True)
+    write_pointer(path, POINTER)
+    result = make_replicator(job, tmp_path).run()
+    assert (result.outcome, result.reason, result.messages) == ("error", "out_of_order", 0)
+    assert read_pointer(path) == POINTER and local_files(tmp_path) == []
+
+
+def test_a_message_containing_the_boundary_is_replicated_intact(
+    hostile: HostileServer, tmp_path: Path
+) -> None:
+    hostile.scenario = "batch_boundary_in_body"
+    job = make_job(hostile.url, "orders", None)
+    write_pointer(pointer_path(DataDir(tmp_path), job), POINTER)
+    result = make_replicator(job, tmp_path).run()
+    # the next fetch (after LATEST) gets the same batch again, which is refused
+    assert (result.outcome, result.reason) == ("error", "out_of_order")
+    assert result.messages == 2  # both parts were written before the repeat was refused
+    store = DataStore(DataDir(tmp_path))
+    names = store.scan()
+    assert names == [LATER.replace(".bin", "-u.bin"), LATEST.replace(".bin", "-u.bin")]
+    with store.retrieve(names[0])[1] as file:
+        assert file.read().startswith(b"\r\n--" + BOUNDARY.encode() + b"\r\n")
 
 
 @pytest.mark.parametrize("mode", ["default", "original"])

@@ -79,6 +79,11 @@ def test_secrets_come_from_named_environment_variables(tmp_path: Path) -> None:
         ('mode = "fast"', "mode"),
         ('ca_bundle = "/nonexistent/ca.pem"', "ca_bundle"),
         ('pointer_file = "../escape.txt"', "pointer_file"),
+        ("batch_count = 0", "batch_count"),
+        ("batch_count = 1001", "batch_count"),
+        ("batch_bytes = 0", "batch_bytes"),
+        ("wait_seconds = -1", "wait_seconds"),
+        ('wait_seconds = "soon"', "wait_seconds"),
     ],
 )
 def test_bad_job_settings_fail_at_start(tmp_path: Path, body: str, message: str) -> None:
@@ -148,3 +153,26 @@ def test_the_shipped_example_is_valid(tmp_path: Path) -> None:
     env = {"HQ_TOKEN": "t", "PARTNER_B_PASSWORD": "p", "SYDNEY_API_KEY": "k"}
     settings = load(tmp_path, EXAMPLE.read_text(), **env)
     assert len(settings.jobs) >= 3
+
+
+def test_batch_and_wait_settings(tmp_path: Path) -> None:
+    text = """
+        [defaults]
+        batch_count = 250
+        [jobs.a]
+        source_url = "http://x/"
+        source_queue = "q"
+        [jobs.b]
+        source_url = "http://y/"
+        source_queue = "q"
+        target_queue = "t"
+        batch_count = 1
+        batch_bytes = 65536
+        wait_seconds = 25
+        """
+    settings = load(tmp_path, text, ZOSCII_REPLIKATE_BATCH_BYTES="1_000_000")
+    a, b = settings.job("a"), settings.job("b")
+    assert (a.batch_count, a.batch_bytes, a.wait_seconds) == (250, 1_000_000, 0.0)
+    assert (b.batch_count, b.batch_bytes, b.wait_seconds) == (1, 65536, 25.0)
+    plain = load(tmp_path, '[jobs.c]\nsource_url = "http://x/"\nsource_queue = "q"\n').job("c")
+    assert (plain.batch_count, plain.batch_bytes, plain.wait_seconds) == (100, 16 << 20, 0.0)

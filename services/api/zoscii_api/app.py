@@ -119,7 +119,8 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
 
     @app.get("/healthz")
     def healthz() -> Response:
-        problem = data_dir.check_writable()
+        # Not usable: try to create the skeleton again, for a volume that came late.
+        problem = data_dir.check_writable() and _prepare(data_dir, create_root=False)
         if problem:
             body = json.dumps({"status": "unavailable", "reason": problem})
             return Response(body + "\n", 503, mimetype="application/json")
@@ -151,9 +152,9 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     return app
 
 
-def _prepare(data_dir: DataDir) -> str | None:
+def _prepare(data_dir: DataDir, *, create_root: bool = True) -> str | None:
     try:
-        data_dir.ensure()
+        data_dir.ensure(create_root=create_root)
     except OSError as exc:
         return str(exc)
     return data_dir.check_writable()
@@ -172,8 +173,10 @@ def _handle(
     peek = dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True))
     client = admission.admit(request.environ, request.headers.get("Authorization"))
     _check_early(settings, actions, peek, client)
+    # A declared body, even of length 0 (an empty raw message), or a chunked one.
     has_body = (
         bool(request.content_length)
+        or (request.method == "POST" and bool(request.content_type))
         or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
     )
     with body_deadline(

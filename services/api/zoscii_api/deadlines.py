@@ -13,8 +13,8 @@ thread is free. The rule is Apache mod_reqtimeout's:
 * the request head (line and headers) must be complete ``ZOSCII_HEADER_TIMEOUT_SECONDS``
   after a thread starts reading it (``zoscii_api.worker``);
 * the body gets ``ZOSCII_BODY_TIMEOUT_SECONDS``, plus one second for every
-  ``ZOSCII_BODY_MIN_RATE`` bytes received (0: the timeout counts from the last bytes
-  received instead, which a client sending a byte per timeout can still exploit).
+  ``ZOSCII_BODY_MIN_RATE`` bytes received: a client keeping above the minimum rate
+  never runs out of time, one sending a byte now and then soon does.
 
 The answer to a late body is 408 with the envelope; the connection is closed. Sending
 the reply to a slow reader is not covered: see SECURITY.md (a buffering proxy).
@@ -143,10 +143,10 @@ class DeadlineInput:
         self._arm()
 
     def read(self, size: int | None = -1) -> bytes:
-        return self._guarded(self.raw.read, size)
+        return self._guarded(self.raw.read, self._piece(size))
 
     def readline(self, size: int | None = -1) -> bytes:
-        return self._guarded(self.raw.readline, size)
+        return self._guarded(self.raw.readline, self._piece(size))
 
     def readlines(self, hint: int | None = -1) -> list[bytes]:
         lines = []
@@ -162,6 +162,19 @@ class DeadlineInput:
         """Stop the clock; True when the deadline had fired."""
         self.done = True
         return self.watchdog.forget(self)
+
+    def _piece(self, size: int | None) -> int:
+        """At most what the client would send at the minimum rate in half its time left.
+
+        gunicorn returns from a read only when it has every byte asked for, and the
+        deadline can only grow between reads: asked for too much at once, a client
+        well above the minimum rate would still run out of time.
+        """
+        if self.done:
+            return -1 if size is None else size
+        slack = self.started + self.timeout + self.received / self.min_rate - self.clock()
+        piece = max(1, int(self.min_rate * slack / 2))
+        return piece if size is None or size < 0 else min(size, piece)
 
     def _guarded(self, read: Callable[[Any], bytes], size: Any) -> bytes:
         if self.done:
@@ -179,10 +192,7 @@ class DeadlineInput:
         return data
 
     def _arm(self) -> None:
-        if self.min_rate > 0:
-            deadline = self.started + self.timeout + self.received / self.min_rate
-        else:
-            deadline = self.clock() + self.timeout
+        deadline = self.started + self.timeout + self.received / self.min_rate
         self.watchdog.watch(self, lambda: self.sock, deadline)
 
     def _too_slow(self) -> ClientTooSlow:
@@ -190,9 +200,9 @@ class DeadlineInput:
             "request body too slow: %d bytes in %.0f s", self.received, self.clock() - self.started
         )
         self.close()
-        rate = f" and at least {self.min_rate:g} bytes per second" if self.min_rate else ""
         return ClientTooSlow(
-            f"Request body too slow: allowed {self.timeout:g} s{rate}; nothing was stored."
+            f"Request body too slow: allowed {self.timeout:g} s and at least"
+            f" {self.min_rate:g} bytes per second; nothing was stored."
         )
 
 

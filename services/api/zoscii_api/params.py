@@ -265,11 +265,15 @@ def read_params(
                     raise InvalidInput("multipart/form-data without a boundary.")
                 parse_multipart(stream, options["boundary"], collector)
             else:
-                if query_upload is not None and query_upload.size:
-                    raise InvalidInput("The message is both in the body and in 'msg'.")
                 params.upload = new_upload()
                 while chunk := stream.read(CHUNK):
                     params.upload.write(chunk)
+                if query_upload is not None:  # msg in the URL and a raw body: one must be empty
+                    if params.upload.size and query_upload.size:
+                        raise InvalidInput("The message is both in the body and in 'msg'.")
+                    if not params.upload.size:
+                        params.upload.discard()
+                        params.upload = None
         if params.upload is None:
             params.upload = query_upload
         elif query_upload is not None:

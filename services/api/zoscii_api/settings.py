@@ -83,7 +83,7 @@ class ApiSettings:
             trusted_proxies=_networks(env_list(env, "ZOSCII_TRUSTED_PROXIES", ())),
             header_timeout_seconds=env_int(env, "ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1),
             body_timeout_seconds=env_int(env, "ZOSCII_BODY_TIMEOUT_SECONDS", 60, minimum=1),
-            body_min_rate=env_int(env, "ZOSCII_BODY_MIN_RATE", 500),
+            body_min_rate=env_int(env, "ZOSCII_BODY_MIN_RATE", 500, minimum=1),
             access=load_access_control(env),
         )
 

@@ -183,55 +183,60 @@ class Spooler:
 
 
 class _Reader:
-    """Lines and exact byte counts over the reply's chunks."""
+    """Lines and exact byte counts over the reply's chunks (one chunk buffered at a time)."""
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
         self._buffer = b""
+        self._pos = 0  # what comes before it is consumed
+
+    def _available(self) -> int:
+        return len(self._buffer) - self._pos
 
     def _more(self) -> bool:
         for chunk in self._chunks:
             if chunk:
-                self._buffer += chunk
+                self._buffer = self._buffer[self._pos :] + chunk
+                self._pos = 0
                 return True
         return False
 
     def line(self, limit: int = MAX_LINE) -> bytes:
         """The next line without its CRLF."""
         while True:
-            end = self._buffer.find(b"\r\n", 0, limit + 2)
+            end = self._buffer.find(b"\r\n", self._pos, self._pos + limit + 2)
             if end >= 0:
-                line, self._buffer = self._buffer[:end], self._buffer[end + 2 :]
+                line, self._pos = self._buffer[self._pos : end], end + 2
                 return line
-            if len(self._buffer) >= limit + 2:
+            if self._available() >= limit + 2:
                 raise NotZosciiReply(f"batch reply: a line longer than {limit} bytes")
             if not self._more():
                 raise TruncatedReply("batch reply ended in the middle of a line")
 
     def exact(self, size: int) -> bytes:
-        while len(self._buffer) < size:
+        while self._available() < size:
             if not self._more():
-                raise TruncatedReply(f"batch reply ended {size - len(self._buffer)} bytes early")
-        data, self._buffer = self._buffer[:size], self._buffer[size:]
+                raise TruncatedReply(f"batch reply ended {size - self._available()} bytes early")
+        data, self._pos = self._buffer[self._pos : self._pos + size], self._pos + size
         return data
 
     def copy(self, size: int, sink: Sink, name: str) -> None:
         """``size`` bytes into ``sink`` as they arrive."""
         left = size
         while left:
-            if not self._buffer and not self._more():
+            if not self._available() and not self._more():
                 raise TruncatedReply(
                     f"message {name}: {size - left} bytes received, Content-Length said {size}"
                 )
-            take = self._buffer[:left]
-            self._buffer = self._buffer[len(take) :]
-            sink.write(take)
-            left -= len(take)
+            end = min(len(self._buffer), self._pos + left)
+            sink.write(self._buffer[self._pos : end])  # the whole chunk: no copy
+            left -= end - self._pos
+            self._pos = end
 
     def at_end(self) -> bool:
         """True when the reply has nothing more (read to its end, so the connection is
         left clean for the next request)."""
-        return not self._buffer and not self._more()
+        return not self._available() and not self._more()
 
 
 def _part_headers(reader: _Reader, max_header_bytes: int) -> tuple[str, int]:

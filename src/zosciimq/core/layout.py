@@ -73,8 +73,14 @@ class DataDir:
     def store_path(self, name: str, dirs: tuple[str, str, str]) -> Path:
         return self.store.joinpath(*dirs, name)
 
-    def ensure(self) -> None:
-        """Create the directory skeleton; safe to call from many processes at once."""
+    def ensure(self, *, create_root: bool = True) -> None:
+        """Create the directory skeleton; safe to call from many processes at once.
+
+        ``create_root=False`` only fills a root that exists: a health check must not
+        re-create a volume that went away, writing into the container's own layer.
+        """
+        if not create_root and not self.root.is_dir():
+            raise FileNotFoundError(f"data directory {self.root} does not exist")
         for path in (self.temp, self.store, self.nonces, self.states, self.locks, self.indexes):
             path.mkdir(parents=True, exist_ok=True)
 

@@ -1,0 +1,147 @@
+"""Slow clients against real gunicorn: a trickled head or body must not hold a thread.
+
+Plain gthread reads a request with a blocking socket and no timeout once its first byte
+is in; these tests fail there (the healthz request never gets a thread). The api's
+worker and body deadlines (zoscii_api.deadlines) cut such clients with a 408.
+
+One worker with two threads, so two slow clients would hold every thread.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+
+from tests.security.figures import TALLY
+from tests.security.rawhttp import RawReply, connect, read_all
+
+SLOW = {
+    "ZOSCII_HEADER_TIMEOUT_SECONDS": "2",
+    "ZOSCII_BODY_TIMEOUT_SECONDS": "2",
+    "ZOSCII_BODY_MIN_RATE": "1000",
+}
+GIVE_UP = 60.0  # a slow client that is never cut stops here, so the test cannot hang
+
+
+class Trickler(threading.Thread):
+    """Sends ``head`` then one byte of ``drip`` every 0.3 s until the server cuts it."""
+
+    def __init__(self, port: int, head: bytes, drip: Callable[[int], bytes]) -> None:
+        super().__init__(daemon=True)
+        self.port, self.head, self.drip = port, head, drip
+        self.sent_drips = 0
+        self.cut = threading.Event()
+        self.reply = RawReply(b"")
+
+    def run(self) -> None:
+        sock = connect(self.port, timeout=GIVE_UP)
+        stop_at = time.monotonic() + GIVE_UP
+        with sock:
+            sock.sendall(self.head)
+            try:
+                while time.monotonic() < stop_at:
+                    sock.sendall(self.drip(self.sent_drips))
+                    self.sent_drips += 1
+                    if _readable(sock, 0.3):  # the server answered or closed
+                        break
+            except OSError:
+                pass
+            self.reply = RawReply(read_all(sock))
+            self.cut.set()
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    import select
+
+    ready, _, _ = select.select([sock], [], [], timeout)
+    return bool(ready)
+
+
+def test_a_trickled_request_head_is_cut_and_frees_the_thread(tmp_path: Path, servers) -> None:
+    server = servers(tmp_path / "data", workers=1, threads=2, env=SLOW)
+    head = b"GET /?action=scan HTTP/1.1\r\nHost: x\r\n"
+    tricklers = [Trickler(server.port, head, lambda n: b"X-Slow: y\r\n"[n % 11 : n % 11 + 1])]
+    tricklers.append(Trickler(server.port, head, lambda n: b"a"))
+    for trickler in tricklers:
+        trickler.start()
+    time.sleep(0.5)  # both hold a thread now: the worker's two
+    reply = requests.get(server.url + "healthz", timeout=GIVE_UP)
+    assert reply.status_code == 200
+    for trickler in tricklers:
+        assert trickler.cut.wait(GIVE_UP)
+        assert trickler.reply.status == 408, trickler.reply.raw[:200]
+        assert "too slow" in trickler.reply.envelope()["error"]
+        assert trickler.sent_drips >= 2  # it was still sending when it was cut
+    assert requests.get(server.url, params={"action": "scan"}).status_code == 200
+    TALLY["slow clients: cut"] += len(tricklers)
+
+
+def test_a_trickled_body_is_cut_with_408_and_leaves_nothing(tmp_path: Path, servers) -> None:
+    data_dir = tmp_path / "data"
+    server = servers(data_dir, workers=1, threads=2, env=SLOW)
+    heads = [
+        (
+            b"POST /?action=publish&q=slow HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n"
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\n\r\n"
+            b"15\r\naction=publish&q=slow\r\n"
+        ),
+    ]
+    drips = [lambda n: b"m" * 100, lambda n: b"5\r\n&msg=\r\n" if n == 0 else b"1\r\nm\r\n"]
+    tricklers = [Trickler(server.port, h, d) for h, d in zip(heads, drips, strict=True)]
+    for trickler in tricklers:
+        trickler.start()
+    time.sleep(0.5)
+    assert requests.get(server.url + "healthz", timeout=GIVE_UP).status_code == 200
+    for trickler in tricklers:
+        assert trickler.cut.wait(GIVE_UP)
+        assert trickler.reply.status == 408, trickler.reply.raw[:300]
+        assert "Request body too slow" in trickler.reply.envelope()["error"]
+    assert not (data_dir / "queues" / "slow").exists() or not any(
+        (data_dir / "queues" / "slow").iterdir()
+    )
+    assert list((data_dir / "queues" / "temp").iterdir()) == []
+    TALLY["slow clients: cut"] += len(tricklers)
+
+
+def test_a_slow_but_steady_upload_gets_through(tmp_path: Path, servers) -> None:
+    """The body deadline grows with what arrives: 40 KB at 10 KB/s takes twice the
+    2 s timeout and is fine, since it is well above the minimum rate."""
+    data_dir = tmp_path / "data"
+    server = servers(data_dir, workers=1, threads=2, env=SLOW)
+    payload = bytes(range(256)) * 160
+
+    def pieces():
+        for start in range(0, len(payload), 1000):
+            time.sleep(0.1)
+            yield payload[start : start + 1000]
+
+    reply = requests.post(
+        server.url,
+        params={"action": "publish", "q": "steady"},
+        data=pieces(),
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=GIVE_UP,
+    )
+    assert reply.status_code == 200 and reply.json()["error"] == "", reply.text
+    fetched = requests.get(server.url, params={"action": "fetch", "q": "steady"})
+    assert fetched.content == payload
+
+
+def test_an_idle_keepalive_connection_is_not_cut_by_the_head_deadline(
+    tmp_path: Path, servers
+) -> None:
+    """The deadline starts when a thread takes a request, not when the connection opened."""
+    server = servers(tmp_path / "data", workers=1, threads=2, env=SLOW)
+    session = requests.Session()
+    assert session.get(server.url, params={"action": "scan"}).status_code == 200
+    time.sleep(3)  # longer than the head timeout, shorter than gunicorn's keep-alive (5 s)
+    assert session.get(server.url, params={"action": "scan"}).status_code == 200

@@ -1,0 +1,100 @@
+"""HTTPS served by the api itself (ZOSCII_TLS_CERT / ZOSCII_TLS_KEY), checked by a client
+that verifies the certificate, as the replicator does by default."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.security.figures import TALLY
+from tests.security.rawhttp import connect, read_all
+from tests.support.api_server import ApiServer
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and localhost, made by the openssl CLI."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl CLI to make a certificate")
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    key.chmod(0o600)
+    return cert, key
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path, certificate, monkeypatch: pytest.MonkeyPatch):
+    cert, key = certificate
+    server = ApiServer(
+        tmp_path / "data",
+        workers=1,
+        env={
+            "ZOSCII_TLS_CERT": str(cert),
+            "ZOSCII_TLS_KEY": str(key),
+            "ZOSCII_HEADER_TIMEOUT_SECONDS": "2",
+        },
+    )
+    server.url = f"https://127.0.0.1:{server.port}/"
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # for start()'s health probe only
+    server.start()
+    monkeypatch.delenv("SSL_CERT_FILE")
+    yield server, cert
+    server.stop()
+
+
+def test_publish_and_fetch_over_verified_https(tls_server) -> None:
+    server, cert = tls_server
+    session = requests.Session()
+    session.verify = str(cert)
+    body = os.urandom(3 << 20)
+    reply = session.post(
+        server.url,
+        params={"action": "publish", "q": "secure"},
+        data=body,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert reply.status_code == 200 and reply.json()["message"] == "Message published."
+    fetched = session.get(server.url, params={"action": "fetch", "q": "secure"})
+    assert hashlib.sha256(fetched.content).digest() == hashlib.sha256(body).digest()
+    assert session.get(server.url + "healthz").json() == {"status": "ok"}
+    TALLY["tls: requests tried"] += 3
+
+
+def test_the_certificate_is_what_a_verifying_client_checks(tls_server) -> None:
+    server, _ = tls_server
+    with pytest.raises(requests.exceptions.SSLError):  # not in the default trust store
+        requests.get(server.url + "healthz", timeout=10)
+    with pytest.raises(requests.exceptions.ConnectionError):  # plain HTTP is not served
+        requests.get(server.url.replace("https", "http") + "healthz", timeout=10)
+    TALLY["tls: requests tried"] += 2
+
+
+def test_a_stalled_tls_handshake_is_cut(tls_server) -> None:
+    """The head deadline covers the handshake: one byte of a ClientHello, then nothing."""
+    server, cert = tls_server
+    with connect(server.port, timeout=30) as sock:
+        sock.sendall(b"\x16")
+        assert sock.recv(100) == b""  # closed by the server (our own 30 s would raise)
+    context = ssl.create_default_context(cafile=str(cert))
+    with connect(server.port) as raw, context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert read_all(tls).startswith(b"HTTP/1.1 200")
+    TALLY["tls: requests tried"] += 2
+    TALLY["slow clients: cut"] += 1

@@ -1,0 +1,194 @@
+"""Faults of the data volume, on real small mounts under a real gunicorn.
+
+* out of space (bytes): 507, no partial file, no nonce kept, and publishing works again
+  as soon as space is freed;
+* out of inodes just where the nonce marker is written, after the message was renamed
+  into the queue: the publish is rolled back (no message, no nonce), 507;
+* remounted read-only: /healthz 503 with the reason, publish (and fetch, which opens
+  the queue index read-write) 503 with a clear error, all fine again once read-write;
+* missing at start: logged at start, /healthz 503, and healthy once it is there.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.security.figures import TALLY
+from tests.support.api_server import ApiServer
+from zosciimq.core import DataDir
+from zosciimq.core.nonces import Nonces
+
+
+def publish(url: str, queue: str, body: bytes, nonce: str | None = None) -> requests.Response:
+    params = {"action": "publish", "q": queue} | ({"n": nonce} if nonce else {})
+    return requests.post(
+        url, params=params, data=body, headers={"Content-Type": "application/octet-stream"}
+    )
+
+
+def drain(url: str, queue: str) -> list[bytes]:
+    bodies, after = [], ""
+    while True:
+        reply = requests.get(url, params={"action": "fetch", "q": queue, "after": after})
+        if "Content-Disposition" not in reply.headers:
+            return bodies
+        after = reply.headers["Content-Disposition"].split('"')[1]
+        bodies.append(reply.content)
+
+
+def assert_507(reply: requests.Response) -> None:
+    assert reply.status_code == 507, reply.text
+    body = reply.json()
+    assert body["system"] == "ZOSCII MQ" and "No space left" in body["error"]
+    TALLY["volume faults: injected"] += 1
+
+
+def fill(directory: Path, *, block: bytes) -> list[Path]:
+    """Files of ``block`` until the volume says ENOSPC (block=b"": until inodes run out);
+    the last one may be partly written, so not a byte is left."""
+    directory.mkdir(exist_ok=True)
+    made = []
+    while True:
+        path = directory / f"{len(made):06d}"
+        try:
+            with open(path, "wb") as file:
+                file.write(block)
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            if path.exists():  # a part written: it keeps the last pages taken too
+                made.append(path)
+            return made
+        made.append(path)
+
+
+def queue_files(data_dir: Path, queue: str) -> list[str]:
+    directory = data_dir / "queues" / queue
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+def test_out_of_space_is_507_leaves_nothing_and_recovers(mount, servers) -> None:
+    volume = mount("tmpfs", "size=2m")
+    data_dir = volume.point / "data"
+    server = servers(data_dir, workers=1)
+    assert publish(server.url, "q", b"before").status_code == 200
+
+    # larger than the volume: fails while streaming the upload
+    big = os.urandom(3 << 20)
+    assert_507(publish(server.url, "q", big, nonce="big-1"))
+    store = requests.post(
+        server.url,
+        params={"action": "store", "n": "big-2"},
+        data=big,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert_507(store)
+    assert list((data_dir / "queues" / "temp").iterdir()) == []
+    assert not (data_dir / "nonce" / "big-1").exists()
+    assert not (data_dir / "nonce" / "big-2").exists()
+    assert [p for p in (data_dir / "store").rglob("*") if p.is_file()] == []
+    assert drain(server.url, "q") == [b"before"]
+
+    # a full volume: even a small message is refused, whole
+    filler = fill(volume.point / "filler", block=b"f" * 65536)
+    assert_507(publish(server.url, "q", b"small" * 2000, nonce="small-1"))
+    assert not (data_dir / "nonce" / "small-1").exists()
+    assert list((data_dir / "queues" / "temp").iterdir()) == []
+
+    # space freed: the same request, same nonce, now goes through
+    for path in filler:
+        path.unlink()
+    reply = publish(server.url, "q", b"small" * 2000, nonce="small-1")
+    assert reply.status_code == 200 and reply.json()["message"] == "Message published."
+    assert drain(server.url, "q") == [b"before", b"small" * 2000]
+    assert requests.get(server.url + "healthz").status_code == 200
+
+
+def test_no_inode_for_the_nonce_marker_rolls_the_publish_back(mount, servers) -> None:
+    """The hardest place to run out: the message is already renamed into the queue when
+    the nonce marker cannot be created. It must go again, with the marker."""
+    volume = mount("tmpfs", "size=8m,nr_inodes=200")
+    data_dir = volume.point / "data"
+    server = servers(data_dir, workers=1)
+    nonce = "inode-retry-1"
+    assert publish(server.url, "q", b"first").status_code == 200  # queue dir, index, lock
+    with Nonces(DataDir(data_dir)).lock(nonce):  # the nonce's lock file exists too
+        pass
+    filler = fill(volume.point / "filler", block=b"")
+
+    filler.pop().unlink()  # one inode free: a publish without nonce fits exactly
+    assert publish(server.url, "q", b"second").status_code == 200
+    filler.pop().unlink()  # one again: the upload takes it, the nonce marker finds none
+    for _ in range(2):
+        assert_507(publish(server.url, "q", b"third", nonce=nonce))
+        assert not (data_dir / "nonce" / nonce).exists()
+        assert list((data_dir / "queues" / "temp").iterdir()) == []
+        assert len(queue_files(data_dir, "q")) == 2
+        assert drain(server.url, "q") == [b"first", b"second"]
+
+    filler.pop().unlink()  # two inodes: message and marker
+    reply = publish(server.url, "q", b"third", nonce=nonce)
+    assert reply.status_code == 200 and reply.json()["message"] == "Message published."
+    assert (data_dir / "nonce" / nonce).exists()
+    assert drain(server.url, "q") == [b"first", b"second", b"third"]
+    filler.pop().unlink()  # a retry needs room for its upload before the nonce is looked at
+    assert publish(server.url, "q", b"third", nonce=nonce).json()["message"] == (
+        "Nonce already used."
+    )
+    assert len(queue_files(data_dir, "q")) == 3
+
+
+def test_read_only_volume(mount, servers) -> None:
+    volume = mount("tmpfs", "size=4m")
+    data_dir = volume.point / "data"
+    server = servers(data_dir, workers=2)
+    assert publish(server.url, "q", b"kept").status_code == 200
+
+    volume.remount("ro")
+    TALLY["volume faults: injected"] += 1
+    health = requests.get(server.url + "healthz")
+    assert health.status_code == 503
+    assert health.json()["status"] == "unavailable" and "not writable" in health.json()["reason"]
+    for body in (b"x", b"y" * 100_000):
+        refused = publish(server.url, "q", body, nonce=hashlib.sha1(body).hexdigest())
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"] == "The data volume is not writable; try again later."
+        assert refused.headers["Retry-After"]
+    # readers open the queue index read-write, so fetch says the same, clearly
+    fetched = requests.get(server.url, params={"action": "fetch", "q": "q"})
+    assert fetched.status_code == 503 and "not writable" in fetched.json()["error"]
+    assert "data volume not usable" in server.log()
+
+    volume.remount("rw")
+    assert requests.get(server.url + "healthz").status_code == 200
+    assert publish(server.url, "q", b"again").status_code == 200
+    assert drain(server.url, "q") == [b"kept", b"again"]
+
+
+def test_missing_volume_at_start(mount) -> None:
+    volume = mount("tmpfs", "size=4m,ro")  # /data not there and not creatable
+    data_dir = volume.point / "data"
+    server = ApiServer(data_dir, workers=1)
+    try:
+        with pytest.raises(RuntimeError, match="did not become healthy"):
+            server.start(timeout=5)
+        TALLY["volume faults: injected"] += 1
+        assert "data directory not usable" in server.log()
+        health = requests.get(server.url + "healthz")
+        assert health.status_code == 503 and str(data_dir) in health.json()["reason"]
+        refused = publish(server.url, "q", b"x")
+        assert refused.status_code == 503 and "not writable" in refused.json()["error"]
+
+        volume.remount("rw")  # the volume arrives
+        assert requests.get(server.url + "healthz").status_code == 200
+        assert publish(server.url, "q", b"x").status_code == 200
+        assert drain(server.url, "q") == [b"x"]
+    finally:
+        server.stop()
