@@ -175,8 +175,13 @@ def test_restarting_and_killing_replikate_mid_replication_loses_and_repeats_noth
     total = 100
     sent = [mq.payload("bulk", n, size=4096) for n in range(total)]
     source = pair.a["api"].url()
+    # A backlog: published while replikate is stopped, so it cannot keep up with the
+    # publisher and be done before it is interrupted, however slow publishing is.
+    pair.replikate.container.stop()
     for body in sent:
         mq.publish_raw(http, source, "bulk", body, 30)
+    pair.replikate.container.start()
+    pair.replikate.wait_healthy(timeout=60)
     b_api = pair.b["api"]
 
     wait_while_copying(b_api, "bulk_in", 20, timeout=60)

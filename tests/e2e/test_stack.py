@@ -73,12 +73,6 @@ def test_binary_messages_by_every_method_come_back_byte_exact_in_order(
     assert all(name[19:23] == "0030" for name in names), names  # r=30 kept in the name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="api: a raw body of Content-Length 0 counts as no body (app.py has_body), so "
-    "the reply is 'Missing message (msg).' instead of publishing an empty message",
-)
 def test_an_empty_raw_body_is_an_empty_message(stack: Stack, http: requests.Session) -> None:
     base = stack["api"].url()
     mq.publish_raw(http, base, "empty_raw", b"", 30)
