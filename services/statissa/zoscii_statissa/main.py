@@ -111,5 +111,6 @@ def serve(settings: Settings, scanner: SparkScanner, data_dir: DataDir) -> int:
         log.info("stopping")
     finally:
         server.server_close()
+        scanner.cancel()  # the run in progress fails fast; its thread then ends
         scheduler.shutdown(wait=False)
     return 0

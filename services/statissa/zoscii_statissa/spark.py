@@ -148,6 +148,15 @@ class SparkScanner:
                 self._session = None
             raise
 
+    def cancel(self) -> None:
+        """Cancel a computation in progress, so a SIGTERM does not wait for it to end."""
+        session = self._session
+        if session is not None and _alive(session):
+            try:
+                session.sparkContext.cancelAllJobs()
+            except Exception as exc:  # the JVM may be going away already
+                log.warning("cancelling Spark jobs failed: %s", exc)
+
     def stop(self) -> None:
         session, self._session = self._session, None
         if session is None:
