@@ -12,6 +12,7 @@ import threading
 import tracemalloc
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -279,7 +280,7 @@ def test_a_following_consumer_does_not_spin_on_a_server_without_long_poll(
     original: FakeOriginalServer,
 ) -> None:
     """The original answers a wait= fetch at once: the consumer keeps poll_interval."""
-    original.add("orders", b"first")
+    original.add("orders", b"first", when=datetime.now() - timedelta(hours=1))
     stop = threading.Event()
     got = []
     with ZosciiClient(original.url) as client:

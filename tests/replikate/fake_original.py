@@ -43,8 +43,13 @@ class FakeOriginalServer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_port}/index.php"
 
-    def add(self, queue: str, payload: bytes, retention: int = 0) -> str:
-        name = datetime.now().strftime("%Y%m%d%H%M%S") + f"0000-{retention:04d}-{uuid.uuid4()}.bin"
+    def add(
+        self, queue: str, payload: bytes, retention: int = 0, when: datetime | None = None
+    ) -> str:
+        """As the original names it: local time, counter 0000, so two messages added in
+        one second sort by their random GUID (pass an earlier ``when`` to order them)."""
+        stamp = (when or datetime.now()).strftime("%Y%m%d%H%M%S")
+        name = f"{stamp}0000-{retention:04d}-{uuid.uuid4()}.bin"
         with self.lock:
             self.queues.setdefault(queue, {})[name] = payload
         return name

@@ -9,6 +9,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ def test_waiting_against_the_original_polls_at_a_steady_pace(
     original: FakeOriginalServer, tmp_path: Path
 ) -> None:
     """The original answers at once: the waiting run polls about once a second."""
-    original.add("orders", b"first")
+    original.add("orders", b"first", when=datetime.now() - timedelta(hours=1))
     job = make_job(original.url, "orders", "mirror", wait_seconds=4, interval_seconds=4)
     threading.Timer(0.5, lambda: original.add("orders", b"second")).start()
     result = make_replicator(job, tmp_path).run()

@@ -78,9 +78,16 @@ def _check(settings: Settings) -> int:
     print(f"config: {settings.config_path or '(none)'}; data dir: {settings.data_dir}")
     for job in settings.jobs:
         schedule = f"cron '{job.cron}'" if job.cron else f"every {job.interval_seconds:g} s"
+        fetching = (
+            "single fetches"
+            if job.batch_count == 1 or job.mode == "original"
+            else f"batches of up to {job.batch_count}"
+        )
+        if job.wait_seconds:
+            fetching += f", waiting {job.wait_seconds:g} s when caught up"
         print(
             f"{job.name}: {job.source_url} queue {job.source_queue} -> {job.target_label}, "
-            f"{schedule}, pointer {pointer.state_file_name(job)}"
+            f"{schedule}, {fetching}, pointer {pointer.state_file_name(job)}"
         )
     if not settings.jobs:
         print("no jobs configured", file=sys.stderr)
