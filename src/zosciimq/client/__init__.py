@@ -39,6 +39,7 @@ from zosciimq.client.errors import (
     TransportError,
     TruncatedReply,
     TryAgain,
+    Unauthenticated,
     ZosciiClientError,
 )
 from zosciimq.client.payload import PayloadTooLarge
@@ -82,6 +83,7 @@ __all__ = [
     "TransportOptions",
     "TruncatedReply",
     "TryAgain",
+    "Unauthenticated",
     "ZosciiClient",
     "ZosciiClientError",
     "new_nonce",

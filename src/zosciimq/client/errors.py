@@ -93,6 +93,12 @@ class InvalidInput(ServerError):
     reason = "invalid_input"
 
 
+class Unauthenticated(ServerError):
+    """401: no credentials, or none the server accepts (access control is on)."""
+
+    reason = "unauthenticated"
+
+
 class Forbidden(ServerError):
     """The action is switched off on the server, or publishing to that queue is blocked."""
 
@@ -133,6 +139,7 @@ class InternalServerError(ServerError):
 
 _BY_STATUS: dict[int, type[ServerError]] = {
     400: InvalidInput,
+    401: Unauthenticated,
     403: Forbidden,
     404: NotFound,
     413: TooLarge,
