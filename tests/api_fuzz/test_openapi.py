@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from werkzeug.test import TestResponse
 
 from tests.api_fuzz.helpers import OPENAPI_PATH, load_document, make_app
+from zoscii_api.auth import AccessControl, parse_clients
 from zoscii_api.settings import ACTIONS
 from zosciimq.core import InvalidInput, parse_name
 from zosciimq.core.names import (
@@ -396,8 +397,24 @@ def _counter_exhausted(app: Flask, data_dir: Path) -> TestResponse:
     return _publish(app.test_client(), "busy", b"x")
 
 
+def _unauthenticated(app: Flask, _: Path) -> TestResponse:
+    return app.test_client().get("/?action=fetch&q=orders")
+
+
+def _rate_limited(app: Flask, _: Path) -> TestResponse:
+    client = app.test_client()
+    replies = [client.get("/?action=scan") for _ in range(5)]
+    return replies[-1]
+
+
+ACCESS = AccessControl(
+    parse_clients('[[clients]]\nname = "x"\ntoken_sha256 = "' + "ab" * 32 + '"\nread = ["*"]\n')
+)
+
 SCENARIOS = [
     Scenario("welcome", 200, _welcome),
+    Scenario("no-credentials", 401, _unauthenticated, settings={"access": ACCESS}),
+    Scenario("rate-limited", 429, _rate_limited, settings={"rate_limit": 1.0, "rate_burst": 2}),
     Scenario("publish-form", 200, _publish_form, method="post"),
     Scenario("publish-nonce-again", 200, _publish_nonce_again, method="post"),
     Scenario("publish-multipart-file", 200, _publish_multipart_file, "/index.php", "post"),
@@ -466,7 +483,8 @@ def test_reply_is_documented(scenario: Scenario, tmp_path: Path, document: dict,
 
 
 def test_every_documented_status_is_produced(document: dict) -> None:
-    produced = {s.expect for s in SCENARIOS} | {507}  # 507: test_full_volume_is_507
+    # 507: test_full_volume_is_507; 408 needs a slow socket: tests/security/test_slow_clients
+    produced = {s.expect for s in SCENARIOS} | {507, 408}
     for path in ENDPOINT_PATHS:
         for method in ("get", "post"):
             listed = {int(code) for code in document["paths"][path][method]["responses"]}

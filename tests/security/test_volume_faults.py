@@ -6,7 +6,8 @@
   into the queue: the publish is rolled back (no message, no nonce), 507;
 * remounted read-only: /healthz 503 with the reason, publish (and fetch, which opens
   the queue index read-write) 503 with a clear error, all fine again once read-write;
-* missing at start: logged at start, /healthz 503, and healthy once it is there.
+* missing at start: logged at start, /healthz 503 (and no re-creating it elsewhere),
+  and healthy once it is there.
 """
 
 from __future__ import annotations
@@ -186,7 +187,9 @@ def test_missing_volume_at_start(mount) -> None:
         refused = publish(server.url, "q", b"x")
         assert refused.status_code == 503 and "not writable" in refused.json()["error"]
 
-        volume.remount("rw")  # the volume arrives
+        volume.remount("rw")
+        assert requests.get(server.url + "healthz").status_code == 503  # never re-created
+        data_dir.mkdir()  # the volume arrives, empty: the health check fills it in
         assert requests.get(server.url + "healthz").status_code == 200
         assert publish(server.url, "q", b"x").status_code == 200
         assert drain(server.url, "q") == [b"x"]

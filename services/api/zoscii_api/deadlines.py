@@ -50,20 +50,24 @@ class _Entry:
 
 
 class Watchdog:
-    """Shuts the read side of sockets whose deadline has passed; one thread, started
-    on first use, asleep while nothing is watched."""
+    """Shuts the read side of sockets whose deadline has passed.
+
+    One thread, started on first use, that looks once a second (or at the next
+    deadline, if sooner) and is never woken by a request: waking it per request costs
+    the request a GIL hand-over. So a deadline may be acted on up to a second late.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, name: str = "deadlines"):
         self.clock = clock
         self.name = name
         self._entries: dict[object, _Entry] = {}
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def watch(self, key: object, socket_of: SocketOf, deadline: float) -> None:
         """Watch (or move the deadline of) ``key``; ``socket_of`` gives its current socket
         (a TLS handshake replaces it)."""
-        with self._changed:
+        with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 self._entries[key] = _Entry(deadline, socket_of)
@@ -72,22 +76,21 @@ class Watchdog:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-            self._changed.notify()
 
     def fired(self, key: object) -> bool:
-        with self._changed:
+        with self._lock:
             entry = self._entries.get(key)
             return entry is not None and entry.fired
 
     def forget(self, key: object) -> bool:
         """Stop watching ``key``; True when its deadline had already fired."""
-        with self._changed:
+        with self._lock:
             entry = self._entries.pop(key, None)
             return entry is not None and entry.fired
 
     def sweep(self) -> float | None:
         """Fire every passed deadline; the seconds until the next one (None: nothing)."""
-        with self._changed:
+        with self._lock:
             now = self.clock()
             upcoming = None
             for entry in self._entries.values():
@@ -104,8 +107,7 @@ class Watchdog:
     def _run(self) -> None:
         while True:
             upcoming = self.sweep()
-            with self._changed:
-                self._changed.wait(None if upcoming is None else min(upcoming + 0.01, 1.0))
+            time.sleep(1.0 if upcoming is None else min(upcoming + 0.01, 1.0))
 
 
 def _shut_reading(sock: socket.socket | None) -> None:

@@ -134,6 +134,9 @@ class IndexFile:
     def write_header(self, header: IndexHeader) -> None:
         os.pwrite(self.fd, header.encode(), 0)
 
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
+
     def append(self, name: str) -> None:
         # Write at the end of the last *whole* record: a torn tail from a crash is
         # overwritten instead of shifting every later record.

@@ -29,7 +29,7 @@ from zosciimq.core.durable import ensure_dir, raise_if_full, unlink_quietly
 from zosciimq.core.errors import QueueNotFound, TryAgain
 from zosciimq.core.layout import DataDir
 from zosciimq.core.locking import FileLock
-from zosciimq.core.names import MAX_COUNTER, MessageName, format_stamp
+from zosciimq.core.names import MAX_COUNTER, MessageName, format_stamp, is_message_name
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.upload import Upload
 
@@ -124,11 +124,14 @@ class QueueStore:
         """Mark the nonce, index the pending message, record the directory's new state.
 
         The nonce goes first: if it cannot be written the message is rolled back before
-        anyone could have seen it.
+        anyone could have seen it. The appended record is flushed before the reply: after
+        a power loss the header page may reach the disk without the tail page, and then
+        no mismatch would ever send a reader back to the directory for this message.
         """
         if header.pending_nonce:
             self.nonces.mark(header.pending_nonce)
         index.append(header.pending)
+        index.sync()
         stat = os.stat(q.dir)
         header.pending = header.pending_nonce = ""
         header.dir_mtime_ns, header.dir_ino = stat.st_mtime_ns, stat.st_ino
@@ -146,19 +149,25 @@ class QueueStore:
             pass  # the next lock holder finds the pending file gone and clears it
 
     def _recover(self, q: _Queue, index: idx.IndexFile) -> idx.IndexHeader:
-        """Bring the index in line with the directory (queue lock held)."""
+        """Bring the index in line with the directory (queue lock held).
+
+        ``pending`` seen under the lock: its publisher died mid-publish, and how far it got
+        in the index is unknown (appended or not; after a power loss the tail may even be
+        zeros). So the index is rebuilt from the directory, the truth; a message that made
+        it into the directory keeps its nonce, so a retry does not store it twice.
+        """
         header = index.header()
         if header is None:  # a new or torn index
             header = idx.rebuild(q.index_path, q.dir)
             index.reopen(q.index_path)
             return header
         if header.pending:
-            if (q.dir / header.pending).exists():
-                self._finish(q, index, header)  # its publisher died after the rename
-            else:
-                header.pending = header.pending_nonce = ""
-                index.write_header(header)
-        if not header.matches(os.stat(q.dir)):
+            if header.pending_nonce and (q.dir / header.pending).exists():
+                self.nonces.mark(header.pending_nonce)
+            stale = True
+        else:
+            stale = not header.matches(os.stat(q.dir)) or not _tail_is_sound(index)
+        if stale:
             header = idx.rebuild(q.index_path, q.dir, floor=header.last)
             index.reopen(q.index_path)
         return header
@@ -203,8 +212,8 @@ class QueueStore:
                     return
                 try:
                     file = open(q.dir / name, "rb")  # noqa: SIM115 - the caller owns it
-                except FileNotFoundError:
-                    continue  # deleted by retention since it was indexed
+                except (FileNotFoundError, ValueError):
+                    continue  # deleted since it was indexed, or a record a power loss zeroed
                 yielded += 1
                 yield name, file
 
@@ -220,8 +229,10 @@ class QueueStore:
             # A set ``pending`` is a publish in flight: its message is not indexed yet,
             # which is exactly right for a reader, so trust the index meanwhile; unless
             # its publisher died (kill -9): then recover now, not at the next publish.
-            if header is not None and (
-                header.matches(dir_stat) or (header.pending and _lock_is_held(q))
+            if (
+                header is not None
+                and _tail_is_sound(index)
+                and (header.matches(dir_stat) or (header.pending and _lock_is_held(q)))
             ):
                 return index
             index.close()
@@ -256,3 +267,10 @@ def _lock_is_held(q: _Queue) -> bool:
         return True
     lock.release()
     return False
+
+
+def _tail_is_sound(index: idx.IndexFile) -> bool:
+    """False when the index ends in something that is no name: after a power loss an
+    appended record's size can reach the disk without its bytes (zeros)."""
+    last = index.last_record()
+    return not last or is_message_name(last)
