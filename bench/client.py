@@ -121,6 +121,28 @@ def consume_factory(
     return factory
 
 
+def batch_consume_factory(
+    sessions: Sessions, base_url: str, queue: str, pointer: list[str], batch: int, got: list[int]
+) -> OperationFactory:
+    """One batch fetch (``count=``, multipart/mixed) after ``pointer[0]``; counts into ``got``."""
+
+    def factory(number: int) -> Operation:
+        session = sessions.new()
+        params = {"action": "fetch", "q": queue, "count": str(batch)}
+
+        def consume_batch() -> None:
+            reply = session.get(base_url, params={**params, "after": pointer[0]}, timeout=TIMEOUT)
+            last = reply.headers.get("X-ZOSCII-Last", "")
+            if reply.status_code != 200 or not last:
+                raise BenchError(f"batch fetch after {pointer[0]}: {reply.text[:200]}")
+            got[0] += int(reply.headers["X-ZOSCII-Count"])
+            pointer[0] = last
+
+        return consume_batch
+
+    return factory
+
+
 class RepeatedBody:
     """``total`` bytes made of one block repeated: a streamed request body of known length.
 

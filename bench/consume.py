@@ -12,7 +12,7 @@ import requests
 
 from bench import core_ops
 from bench.ceilings import read_in_order_factory
-from bench.client import Sessions, consume_factory, fetch
+from bench.client import Sessions, batch_consume_factory, consume_factory, fetch
 from bench.context import PAYLOAD_1K, Context
 from bench.fill import fill_queue
 from bench.harness import run_clients, time_once
@@ -22,6 +22,7 @@ from zosciimq.core.layout import DataDir
 log = logging.getLogger("bench.consume")
 
 QUEUE = "consume"
+BATCH = 100
 CEILING_LABEL = "open+read of the same files in order, 1 thread"
 
 
@@ -42,6 +43,15 @@ def run(ctx: Context) -> dict[str, object]:
         figure = run_clients(1, consume_factory(sessions, api.url, QUEUE, pointer), count=count - 1)
         if pointer[0] != names[-1]:
             raise RuntimeError(f"consumer stopped at {pointer[0]}, expected {names[-1]}")
+        log.info("consume: the same messages in batches of %d (count=)", BATCH)
+        pointer, got = [names[0]], [0]
+        batches = run_clients(
+            1,
+            batch_consume_factory(sessions, api.url, QUEUE, pointer, BATCH, got),
+            count=-(-(count - 1) // BATCH),
+        )
+        if pointer[0] != names[-1] or got[0] != count - 1:
+            raise RuntimeError(f"batch consumer got {got[0]} messages up to {pointer[0]}")
     log.info("consume through the core, no HTTP")
     pointer = [names[0]]
     core = run_clients(1, core_ops.consume_factory(layout, QUEUE, pointer), count=count - 1)
@@ -60,6 +70,17 @@ def run(ctx: Context) -> dict[str, object]:
             False,
             ceiling.percentile(50) * 1000,
             "p50 of one open+read",
+        )
+    )
+    add(
+        Row(
+            f"{scenario}, batches of {BATCH} (count=)",
+            "messages/s",
+            got[0] / batches.seconds,
+            "msg/s",
+            True,
+            ceiling.rate,
+            CEILING_LABEL,
         )
     )
     add(

@@ -19,7 +19,7 @@ from bench import ceilings
 from bench.client import Sessions, fetch, fetch_after_factory, healthz_factory
 from bench.context import PAYLOAD_1K, Context
 from bench.fill import fill_queue
-from bench.harness import Timing, run_clients, time_once
+from bench.harness import OperationFactory, Timing, merge, run_clients, time_once
 from bench.report import Row
 from zosciimq.core.layout import DataDir
 
@@ -27,6 +27,7 @@ log = logging.getLogger("bench.depth")
 
 FULL_DEPTHS = (1_000, 10_000, 100_000, 1_000_000)
 QUICK_DEPTHS = (1_000, 100_000)
+ROUNDS = 5
 
 
 def queue_name(depth: int) -> str:
@@ -59,16 +60,12 @@ def run(ctx: Context) -> dict[str, object]:
     with ctx.api(data_dir) as api, Sessions() as sessions:
         for depth in depths:
             _rebuild_row(ctx, api.url, layout, depth)
-        log.info("HTTP floor on the same api: GET /healthz, %d samples", samples)
-        floor = run_clients(1, healthz_factory(sessions, api.url), count=samples)
+        healthz = healthz_factory(sessions, api.url)
         for depth in depths:
             for where, (after, expect) in points[depth].items():
                 log.info("fetch latency: depth %d, pointer %s, %d samples", depth, where, samples)
-                figure = run_clients(
-                    1,
-                    fetch_after_factory(sessions, api.url, queue_name(depth), after, expect),
-                    count=samples,
-                )
+                fetch_one = fetch_after_factory(sessions, api.url, queue_name(depth), after, expect)
+                figure, floor = interleaved(fetch_one, healthz, samples)
                 _latency_rows(ctx, depth, where, figure, floor)
                 p50[depth, where] = figure.percentile(50)
     low, high = depths[0], depths[-1]
@@ -88,6 +85,19 @@ def run(ctx: Context) -> dict[str, object]:
     _walk_ceilings(ctx, layout, high)
     ctx.remove(data_dir)
     return {"samples_per_point": samples, "fill_seconds": fill_seconds}
+
+
+def interleaved(
+    figure: OperationFactory, floor: OperationFactory, samples: int
+) -> tuple[Timing, Timing]:
+    """Samples of a figure and of its floor taken in alternating rounds, so that a burst
+    of load from elsewhere on the machine lands on both instead of on one of them."""
+    figures, floors = [], []
+    share = max(1, samples // ROUNDS)
+    for _ in range(ROUNDS):
+        figures.append(run_clients(1, figure, count=share))
+        floors.append(run_clients(1, floor, count=share))
+    return merge(figures), merge(floors)
 
 
 def _rebuild_row(ctx: Context, url: str, layout: DataDir, depth: int) -> None:

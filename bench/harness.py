@@ -42,6 +42,15 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def merge(timings: list[Timing]) -> Timing:
+    """Several runs of the same operation as one."""
+    return Timing(
+        operations=sum(t.operations for t in timings),
+        seconds=sum(t.seconds for t in timings),
+        latencies=[value for t in timings for value in t.latencies],
+    )
+
+
 def run_clients(
     concurrency: int,
     factory: OperationFactory,

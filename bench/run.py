@@ -25,7 +25,7 @@ from bench import REPO, consume, depth, external, floor, large, publish
 from bench.context import Context
 from bench.machine import describe
 from bench.report import Results, ScenarioOutcome, render_header, render_markdown, render_table
-from bench.servers import image_available
+from bench.servers import IMAGE, image_available, image_id
 
 log = logging.getLogger("bench")
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     started = datetime.now(UTC)
     mode = "quick" if args.quick else "full"
-    server = f"container {'zoscii/api:dev'}" if args.containers else "gunicorn on loopback"
+    server = f"container {IMAGE} ({image_id()})" if args.containers else "gunicorn on loopback"
     header = {
         "started": started.isoformat(timespec="seconds"),
         **describe(root, mode=mode, server=server),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -47,6 +46,15 @@ def image_available(image: str = IMAGE) -> str | None:
     if result.returncode != 0:
         return f"image {image} not found (build it with `make images`)"
     return None
+
+
+def image_id(image: str = IMAGE) -> str:
+    result = subprocess.run(
+        ["docker", "image", "inspect", image, "--format", "{{.Id}}"],
+        capture_output=True,
+        text=True,
+    )
+    return result.stdout.strip()[:19] or "unknown"
 
 
 class ContainerApi:
@@ -116,11 +124,3 @@ class ContainerApi:
         if self.container_id:
             subprocess.run(["docker", "rm", "--force", self.container_id], capture_output=True)
             self.container_id = ""
-
-    def describe(self) -> dict[str, str]:
-        result = subprocess.run(
-            ["docker", "image", "inspect", self.image, "--format", "{{json .Id}}"],
-            capture_output=True,
-            text=True,
-        )
-        return {"image": self.image, "image id": json.loads(result.stdout or '""')[:19]}

@@ -28,6 +28,7 @@ from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDeco
 from zosciimq.core import InvalidInput, Upload, ZosciiError
 
 CHUNK = 1 << 16
+RAW_CHUNK = 1 << 20  # big reads: gunicorn copies its read-ahead buffer on every read
 MSG = "msg"
 MAX_KEY_BYTES = 64
 
@@ -266,7 +267,7 @@ def read_params(
                 parse_multipart(stream, options["boundary"], collector)
             else:
                 params.upload = new_upload()
-                while chunk := stream.read(CHUNK):
+                while chunk := stream.read(RAW_CHUNK):
                     params.upload.write(chunk)
                 if query_upload is not None:  # msg in the URL and a raw body: one must be empty
                     if params.upload.size and query_upload.size:
