@@ -112,24 +112,24 @@ def _register(connection: HTTPConnection) -> None:
         current.register(connection)
 
 
-class _DeadlineHTTPConnection(HTTPConnection):
+class _DeadlineMixin:
+    """Registers the connection with the request's deadline, so it can be cut."""
+
     def connect(self) -> None:
-        super().connect()
-        _register(self)
+        super().connect()  # type: ignore[misc]
+        _register(self)  # type: ignore[arg-type]
 
     def request(self, *args: Any, **kwargs: Any) -> None:
-        _register(self)
-        super().request(*args, **kwargs)
+        _register(self)  # type: ignore[arg-type]
+        super().request(*args, **kwargs)  # type: ignore[misc]
 
 
-class _DeadlineHTTPSConnection(HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _register(self)
+class _DeadlineHTTPConnection(_DeadlineMixin, HTTPConnection):
+    pass
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _register(self)
-        super().request(*args, **kwargs)
+
+class _DeadlineHTTPSConnection(_DeadlineMixin, HTTPSConnection):
+    pass
 
 
 class _HTTPPool(HTTPConnectionPool):
