@@ -1,16 +1,22 @@
 """Reading typed settings from the environment, shared by every service.
 
-Each service declares one frozen dataclass of its settings with a ``from_env``
-classmethod built from these helpers, so a bad value fails at start with the variable's
-name instead of somewhere deep in a request.
+Each service declares one frozen dataclass of its settings. A field read from the
+environment says so with ``env_field``: the variable, its bounds and the default, which
+is written there once (``read_env`` uses it when the variable is unset). A bad value
+fails at start with the variable's name instead of somewhere deep in a request.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class SettingsError(ValueError):
@@ -32,8 +38,10 @@ def env_int(
         value = int(raw.replace("_", ""))
     except ValueError:
         raise SettingsError(f"{name}={raw!r}: expected a whole number") from None
-    if value < minimum or (maximum is not None and value > maximum):
+    if maximum is not None and not minimum <= value <= maximum:
         raise SettingsError(f"{name}={value}: must be between {minimum} and {maximum}")
+    if value < minimum:
+        raise SettingsError(f"{name}={value}: must be at least {minimum}")
     return value
 
 
@@ -69,20 +77,86 @@ def env_list(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tup
 
 
 @dataclass(frozen=True)
+class EnvVar:
+    """How a field is read: its variable, bounds (numbers: at least 0 unless said), and a
+    parser for what the field's type cannot say."""
+
+    name: str
+    minimum: float | None = None
+    maximum: float | None = None
+    parse: Callable[[str], Any] | None = None
+
+
+def env_field(
+    name: str,
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    parse: Callable[[str], Any] | None = None,
+) -> Any:
+    """A dataclass field read from ``name`` by ``read_env``; its default lives only here."""
+    return dataclasses.field(
+        default=default,
+        default_factory=default_factory,
+        metadata={"env": EnvVar(name, minimum, maximum, parse)},
+    )
+
+
+def read_env(cls: type[T], env: Mapping[str, str] | None = None, **given: Any) -> T:
+    """An instance of the settings dataclass ``cls`` from ``env``.
+
+    Every ``env_field`` whose variable is set (and not blank) is parsed by its type
+    (``int``, ``float``, ``bool``, ``str``, ``Path``, ``tuple[str, ...]``,
+    ``frozenset[str]``) or its own ``parse``, and checked against its bounds; an unset
+    one keeps the field's default. ``given`` fields are taken as they are.
+    """
+    env = os.environ if env is None else env
+    hints = typing.get_type_hints(cls)
+    values = dict(given)
+    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+        spec = item.metadata.get("env")
+        if spec is None or item.name in values:
+            continue
+        raw = env.get(spec.name, "").strip()
+        if raw:
+            values[item.name] = _parse(spec, hints[item.name], raw)
+    return cls(**values)
+
+
+def _parse(spec: EnvVar, kind: Any, raw: str) -> Any:
+    if spec.parse is not None:
+        return spec.parse(raw)
+    if kind is bool:
+        return env_bool({spec.name: raw}, spec.name, False)
+    minimum = 0 if spec.minimum is None else spec.minimum  # settings are counts and sizes
+    if kind is int:
+        maximum = None if spec.maximum is None else int(spec.maximum)
+        return env_int({spec.name: raw}, spec.name, 0, minimum=int(minimum), maximum=maximum)
+    if kind is float:
+        value = env_float({spec.name: raw}, spec.name, 0.0, minimum=minimum)
+        if spec.maximum is not None and value > spec.maximum:
+            raise SettingsError(f"{spec.name}={value}: must be at most {spec.maximum}")
+        return value
+    if kind is Path:
+        return Path(raw)
+    origin = typing.get_origin(kind)
+    if origin in (tuple, frozenset):
+        return origin(env_list({spec.name: raw}, spec.name, ()))
+    return raw
+
+
+@dataclass(frozen=True)
 class CoreSettings:
     """What every service needs to find and interpret the data directory."""
 
-    data_dir: Path = Path("/data")
-    default_retention_days: int = 0
-    nonce_window_seconds: int = 86_400
+    data_dir: Path = env_field("ZOSCII_DATA_DIR", Path("/data"))
+    default_retention_days: int = env_field(
+        "ZOSCII_DEFAULT_RETENTION_DAYS", 0, minimum=0, maximum=9999
+    )
+    nonce_window_seconds: int = env_field("ZOSCII_NONCE_WINDOW_SECONDS", 86_400, minimum=1)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CoreSettings:
-        env = os.environ if env is None else env
-        return cls(
-            data_dir=Path(env_str(env, "ZOSCII_DATA_DIR", "/data")),
-            default_retention_days=env_int(
-                env, "ZOSCII_DEFAULT_RETENTION_DAYS", 0, minimum=0, maximum=9999
-            ),
-            nonce_window_seconds=env_int(env, "ZOSCII_NONCE_WINDOW_SECONDS", 86_400, minimum=1),
-        )
+        return read_env(cls, env)

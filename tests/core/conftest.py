@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.queues import publish_body
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload
+from zosciimq.core.queues import Outgoing
 
 
 class FakeClock:
@@ -43,10 +45,31 @@ def store(data_dir: DataDir, clock: FakeClock) -> DataStore:
 
 
 @pytest.fixture
-def publish(data_dir: DataDir, queues: QueueStore) -> Callable[..., str | None]:
+def publish(queues: QueueStore) -> Callable[..., str | None]:
+    """``publish(queue, body, retention=1, nonce=None)``: the new message's name."""
+
     def _publish(queue: str, body: bytes, retention: int = 1, nonce: str | None = None):
-        with Upload(data_dir) as upload:
-            upload.write(body)
-            return queues.publish(queue, upload, retention_days=retention, nonce=nonce).name
+        return publish_body(queues, queue, body, retention, nonce).name
 
     return _publish
+
+
+def uploads_of(data_dir: DataDir, bodies: list[bytes]) -> list[Upload]:
+    uploads = []
+    for body in bodies:
+        upload = Upload(data_dir)
+        upload.write(body)
+        uploads.append(upload)
+    return uploads
+
+
+def publish_many(queues: QueueStore, data_dir: DataDir, queue: str, bodies, nonces=None, days=1):
+    """``bodies`` in one group commit (``QueueStore.publish_many``); their results."""
+    uploads = uploads_of(data_dir, bodies)
+    try:
+        nonces = nonces or [None] * len(bodies)
+        messages = [Outgoing(u, days, n) for u, n in zip(uploads, nonces, strict=True)]
+        return queues.publish_many(queue, messages)
+    finally:
+        for upload in uploads:
+            upload.discard()

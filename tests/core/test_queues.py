@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.core.conftest import publish_many
 from tests.support.publisher import payload
 from zosciimq.core import (
     DataDir,
@@ -134,7 +135,7 @@ def test_upload_is_removed_when_not_committed(data_dir) -> None:
 def test_a_publisher_dying_after_the_rename_is_finished_by_the_next(
     publish, data_dir, queues, monkeypatch
 ) -> None:
-    """Crash between "renamed into place" and "indexed": invisible, then completed in order."""
+    """Crash between "renamed into place" and "committed": invisible, then completed in order."""
     first = publish("orders", b"1")
 
     class Died(BaseException):
@@ -143,10 +144,12 @@ def test_a_publisher_dying_after_the_rename_is_finished_by_the_next(
     def die(*args: object) -> None:
         raise Died
 
-    monkeypatch.setattr(QueueStore, "_finish", die)
+    monkeypatch.setattr(idx.IndexFile, "sync", die)
     with pytest.raises(Died):
         publish("orders", b"2", nonce="retry-token")
-    orphan = idx.IndexFile.open(data_dir.index_path("orders")).header().pending
+    header = idx.IndexFile.open(data_dir.index_path("orders")).header()
+    assert header.pending == 1
+    orphan = header.last
     assert (data_dir.queue_dir("orders") / orphan).exists()
     monkeypatch.undo()
 
@@ -168,9 +171,11 @@ def test_a_reader_does_not_finish_a_publish_that_is_still_running(
     lock = FileLock(data_dir.queue_lock_path("orders"))
     lock.acquire()
     try:
-        header.pending = "209912312359590000-0001-00000000-0000-4000-8000-000000000000.bin"
+        in_flight = "209912312359590000-0001-00000000-0000-4000-8000-000000000000.bin"
+        index.write_records(header.committed, [in_flight])
+        header.pending, header.last = 1, in_flight
         index.write_header(header)
-        (data_dir.queue_dir("orders") / header.pending).write_bytes(b"in flight")
+        (data_dir.queue_dir("orders") / in_flight).write_bytes(b"in flight")
         seen = []
         reader = threading.Thread(target=lambda: seen.extend(drain(queues, "orders")))
         reader.start()
@@ -181,16 +186,21 @@ def test_a_reader_does_not_finish_a_publish_that_is_still_running(
         index.close()
 
 
-def test_a_failed_index_write_leaves_nothing_behind(publish, data_dir, monkeypatch) -> None:
+@pytest.mark.parametrize("step", ["write_records", "sync"])
+def test_a_failed_index_write_leaves_nothing_behind(publish, data_dir, monkeypatch, step) -> None:
+    """Disk full before the renames (records) or after them (the index flush)."""
+
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(idx.IndexFile, "append", full)
+    monkeypatch.setattr(idx.IndexFile, step, full)
     with pytest.raises(StorageFull):
         publish("orders", b"x", nonce="n-1")
     assert list(data_dir.queue_dir("orders").iterdir()) == []
     assert not data_dir.nonce_path("n-1").exists()
     assert list(data_dir.temp.iterdir()) == []
+    monkeypatch.undo()
+    assert publish("orders", b"y", nonce="n-1") is not None  # the retry goes through
 
 
 def test_a_nonce_stores_once_across_queues_and_the_store(publish, store, data_dir) -> None:
@@ -250,7 +260,6 @@ def test_consumer_sees_every_message_once_in_order_while_processes_publish(tmp_p
             [sys.executable, "-m", "tests.support.publisher", str(data_dir.root), "q", "300", tag],
             stdout=subprocess.PIPE,
             cwd=REPO,
-            env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'src'}"},
         )
         for tag in ("a", "b", "c")
     ]
@@ -292,7 +301,6 @@ def test_kill_9_while_publishing_loses_no_acknowledged_message(tmp_path) -> None
         [sys.executable, "-m", "tests.support.publisher", str(data_dir.root), "q", "100000", "k"],
         stdout=subprocess.PIPE,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'src'}"},
     )
     acked = {}
     assert publisher.stdout is not None
@@ -325,3 +333,55 @@ def test_kill_9_while_publishing_loses_no_acknowledged_message(tmp_path) -> None
     assert set(acked) <= set(names), "an acknowledged message was lost"
     on_disk = {p.name for p in data_dir.queue_dir("q").iterdir()}
     assert on_disk == set(names), "a message file exists that consumers cannot see"
+
+
+def test_a_consumer_following_its_pointer_is_not_searched_for(data_dir, queues, monkeypatch):
+    """The next fetch after a name just handed out starts at that name's position: a
+    few reads per fetch, not a binary search, and still correct when the hint is stale."""
+    names = []
+    for start in range(0, 2000, 200):  # an index of 2000 names, written 200 at a time
+        bodies = [b"%d" % i for i in range(start, start + 200)]
+        names += [r.name for r in publish_many(queues, data_dir, "q", bodies)]
+    assert queues.fetch("q", names[1000]).name == names[1001]  # warm: a search
+    reads = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *a: reads.append(a) or real_pread(*a))
+    after = names[1001]
+    for expected in names[1002:1010]:
+        result = queues.fetch("q", after)
+        result.close()
+        assert result.name == expected
+        after = result.name
+    monkeypatch.undo()
+    assert len(reads) <= 8 * 4, f"{len(reads)} reads for 8 fetches: searched every time"
+
+
+def test_links_planted_in_the_data_directory_are_never_followed(
+    publish, queues, data_dir, tmp_path
+) -> None:
+    """Issue 15: a linked queue directory was read and written through, a linked message
+    file served. Neither is followed; the rest of the queue is served as before."""
+    from zosciimq.errors import QueueUnusable
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"not yours")
+    data_dir.queues.joinpath("linked").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(QueueNotFound):
+        queues.fetch("linked")
+    with pytest.raises(QueueUnusable):
+        publish("linked", b"x")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+
+    first = publish("q", b"first")
+    planted = "209901010000000000-0001-00000000-0000-4000-8000-000000000000.bin"
+    data_dir.queue_dir("q").joinpath(planted).symlink_to(outside / "secret")
+    queues.rebuild_index("q")
+    assert drain(queues, "q") == [(first, b"first")], "a linked message file was served"
+
+    index = data_dir.index_path("q")
+    index.unlink()
+    index.symlink_to(outside / "secret")
+    later = publish("q", b"later")
+    assert not index.is_symlink() and (outside / "secret").read_bytes() == b"not yours"
+    assert [body for _, body in drain(queues, "q")] == [b"first", b"later"] and later

@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 from zosciimq import __version__
 from zosciimq.cli.console import Console
-from zosciimq.cli.progress import NoProgress, ProgressBar
+from zosciimq.cli.progress import BatchBar, NoBatchBar, NoProgress, ProgressBar
 from zosciimq.client import TransportOptions, ZosciiClient
 
 DEFAULT_URL = "http://localhost:8080/"
@@ -48,6 +48,16 @@ class Context:
         if self.console.quiet or not self.console.stderr_is_tty:
             return NoProgress()
         return ProgressBar(self.console.stderr, label)
+
+    def batch_progress(
+        self, label: str, *, total_messages: int | None, total_bytes: int | None
+    ) -> BatchBar | NoBatchBar:
+        """A bar for a batch publish (it draws only once the batch has run a second)."""
+        if self.console.quiet or not self.console.stderr_is_tty:
+            return NoBatchBar()
+        return BatchBar(
+            self.console.stderr, label, total_messages=total_messages, total_bytes=total_bytes
+        )
 
     def close(self) -> None:
         if self._client is not None:

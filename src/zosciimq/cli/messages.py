@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zosciimq.cli import exit_codes
+from zosciimq.cli.batch_publish import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, publish_batch
 from zosciimq.cli.console import b64
 from zosciimq.cli.context import CliError, Context
 from zosciimq.cli.inputs import open_message
@@ -14,6 +15,9 @@ from zosciimq.client import DownloadResult
 
 def publish(ctx: Context) -> int:
     args = ctx.args
+    _check_batch_options(ctx)
+    if args.batch is not None:
+        return publish_batch(ctx)
     with open_message(ctx, f"publish {args.queue}") as (source, size):
         published = ctx.client.publish(
             args.queue, source, retention_days=args.retention, nonce=args.nonce
@@ -29,6 +33,35 @@ def publish(ctx: Context) -> int:
     else:
         ctx.console.notice(f"{args.queue}: {size} bytes, {published.message}")
     return exit_codes.OK
+
+
+def _check_batch_options(ctx: Context) -> None:
+    args = ctx.args
+    if args.batch is None:
+        given = [
+            option
+            for option, value in (
+                ("--lines", args.lines),
+                ("-z/--null", args.null),
+                ("--batch-size", args.batch_size),
+                ("--batch-bytes", args.batch_bytes),
+            )
+            if value not in (None, False)
+        ]
+        if given:
+            raise CliError(f"{', '.join(given)}: only with --batch", exit_codes.USAGE)
+        return
+    if args.message is not None or args.file is not None:
+        raise CliError(
+            "with --batch the messages are the FILEs after it: no MESSAGE or --file",
+            exit_codes.USAGE,
+        )
+    if args.lines and args.null:
+        raise CliError("--lines or -z/--null, not both", exit_codes.USAGE)
+    if args.batch_size is None:
+        args.batch_size = DEFAULT_BATCH_SIZE
+    if args.batch_bytes is None:
+        args.batch_bytes = DEFAULT_BATCH_BYTES
 
 
 def store(ctx: Context) -> int:

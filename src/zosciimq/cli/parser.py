@@ -26,6 +26,7 @@ EXAMPLES = """\
 examples:
   zoscii publish orders 'hello' -r 7         publish a text, kept 7 days
   zoscii publish orders --file order.pdf     publish a file (streamed from disk)
+  zoscii publish orders --batch *.json       one message per file, 100 per request
   tar c dir | zoscii publish backups -       publish stdin
   zoscii fetch orders                        the first message, to stdout
   zoscii fetch orders --after NAME -o m.bin  the next message after NAME, to a file
@@ -179,7 +180,7 @@ def _command_adder(commands: Any) -> Adder:
     return add
 
 
-def _message_options(sub: argparse.ArgumentParser) -> None:
+def _message_options(sub: argparse.ArgumentParser, *, batch: bool = False) -> None:
     sub.add_argument(
         "message",
         nargs="?",
@@ -200,7 +201,8 @@ def _message_options(sub: argparse.ArgumentParser) -> None:
         "--nonce",
         metavar="NONCE",
         help="idempotency key [A-Za-z0-9_-]: a repeat with the same nonce does nothing "
-        "(default: a fresh random one)",
+        "(default: a fresh random one)"
+        + ("; with --batch a prefix: message i (from 1) gets NONCE-i" if batch else ""),
     )
 
 
@@ -208,16 +210,60 @@ def _publish(add: Adder) -> None:
     sub = add(
         "publish",
         messages.publish,
-        "Publish a message to a queue",
+        "Publish a message to a queue, or many with --batch",
         "The queue is created by its first message. Files and stdin are streamed, so "
-        "messages of any size go through; over 4 MB a progress bar shows on a terminal.",
+        "messages of any size go through; over 4 MB a progress bar shows on a terminal. "
+        "With --batch, every FILE is one message (with --lines or -z, every line or "
+        "NUL-terminated record of it; - is stdin, one message per line unless -z), sent "
+        "--batch-size at a time in few requests, each request all or nothing; one name "
+        "per message is printed in order as soon as its request is acknowledged (- when "
+        "the server gives none: a nonce used before, or a server without batches, the "
+        "original, to which every message goes alone).",
         "  zoscii publish orders 'order 42' -r 7\n"
         "  zoscii publish images --file cat.jpg\n"
         "  printf '\\x00\\xff' | zoscii publish raw -\n"
-        "  zoscii --json publish orders 'x' -n order-42   # retry-safe with the same nonce",
+        "  zoscii --json publish orders 'x' -n order-42   # retry-safe with the same nonce\n"
+        "  zoscii publish invoices --batch inbox/*.pdf -r 30 > names.txt\n"
+        "  zoscii publish invoices --batch inbox/*.pdf -n inbox-0107   # safe to run again\n"
+        "  zoscii publish events --batch - < events.jsonl   # one message per line\n"
+        "  printf 'a\\0b\\0' | zoscii --json publish q --batch - -z --batch-size 500",
     )
     sub.add_argument("queue", metavar="QUEUE", help="queue name: [a-z0-9_-]")
-    _message_options(sub)
+    _message_options(sub, batch=True)
+    group = sub.add_argument_group("batch publish (many messages, few requests)")
+    group.add_argument(
+        "--batch",
+        nargs="+",
+        metavar="FILE",
+        help="publish every FILE as one message, in order; - reads stdin, one message "
+        "per line (see --lines, -z). Prints one name per message",
+    )
+    group.add_argument(
+        "--lines",
+        action="store_true",
+        help="every line of each FILE is a message, without its newline (a \\r stays); "
+        "the default for -",
+    )
+    group.add_argument(
+        "-z",
+        "--null",
+        action="store_true",
+        help="every NUL-terminated record of each FILE (and of -) is a message",
+    )
+    group.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        metavar="N",
+        help="messages per request (default 100; the server takes up to its "
+        "ZOSCII_MAX_BATCH_COUNT, 1000 as shipped)",
+    )
+    group.add_argument(
+        "--batch-bytes",
+        type=_byte_size,
+        metavar="BYTES",
+        help="message bytes per request, e.g. 16M (default 64M, the server's "
+        "ZOSCII_MAX_BATCH_BYTES as shipped); a larger message goes alone",
+    )
 
 
 def _fetch(add: Adder) -> None:
@@ -391,6 +437,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text}: use a number above 0")
+    return value
+
+
+def _byte_size(text: str) -> int:
+    """Bytes, with an optional K, M or G (powers of 1024)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    unit = units.get(text[-1:].lower(), 1)
+    value = _int(text[:-1] if unit > 1 else text) * unit
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: use 1 or more bytes")
     return value
 
 

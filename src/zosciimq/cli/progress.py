@@ -1,4 +1,5 @@
-"""A one-line progress bar on stderr for transfers of more than a few megabytes.
+"""One-line progress bars on stderr: ``ProgressBar`` for transfers of more than a few
+megabytes, ``BatchBar`` for batch publishes that run longer than a second.
 
 Only drawn when stderr is a terminal (never in logs or pipes) and not ``--quiet``;
 redrawn at most ten times a second, so a fast loopback transfer costs nothing.
@@ -79,3 +80,95 @@ def _size(count: float) -> str:
         count /= 1000
         index += 1
     return f"{count:.0f} B" if index == 0 else f"{count:.1f} {units[index]}"
+
+
+class BatchBar:
+    """Progress of a batch publish: messages acknowledged and bytes sent.
+
+    Drawn only once the batch has run for ``delay`` seconds (a short one never shows a
+    bar), then at most ten times a second. The share is of the bytes when their total is
+    known, else of the messages; without either total it shows counts and the rate.
+    ``clear()`` takes the bar off the line before a result is printed to the same
+    terminal; the next update draws it again.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO,
+        label: str,
+        *,
+        total_messages: int | None = None,
+        total_bytes: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        interval: float = 0.1,
+        delay: float = 1.0,
+    ) -> None:
+        self.stream = stream
+        self.label = label
+        self.total_messages = total_messages
+        self.total_bytes = total_bytes
+        self.clock = clock
+        self.interval = interval
+        self.started = clock()
+        self.delay = delay
+        self.drawn_at: float | None = None
+        self.shown = False  # the bar is on the line now
+        self.messages = 0
+        self.sent = 0
+
+    def update(self, messages: int, sent: int) -> None:
+        self.messages, self.sent = messages, sent
+        now = self.clock()
+        if now - self.started < self.delay:
+            return
+        if self.drawn_at is None or now - self.drawn_at >= self.interval or not self.shown:
+            self.drawn_at = now
+            self.shown = True
+            self.stream.write("\r" + self.render(now) + "\x1b[K")
+            self.stream.flush()
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+    def close(self) -> None:
+        if self.drawn_at is not None:
+            self.stream.write("\r" + self.render(self.clock()) + "\x1b[K\n")
+            self.stream.flush()
+            self.drawn_at = None
+            self.shown = False
+
+    def render(self, now: float) -> str:
+        elapsed = max(now - self.started, 1e-6)
+        rate = f"{_size(self.sent / elapsed)}/s"
+        count = f"{self.messages}" + (
+            f"/{self.total_messages}" if self.total_messages is not None else ""
+        )
+        amount = _size(self.sent) + (
+            f" / {_size(self.total_bytes)}" if self.total_bytes is not None else ""
+        )
+        if self.total_bytes:
+            share: float | None = min(self.sent / self.total_bytes, 1.0)
+        elif self.total_messages:
+            share = min(self.messages / self.total_messages, 1.0)
+        else:
+            share = None
+        text = f"{count} messages, {amount} {rate}"
+        if share is None:
+            return f"{self.label} {text}"
+        filled = int(share * WIDTH)
+        bar = "#" * filled + "." * (WIDTH - filled)
+        return f"{self.label} [{bar}] {share:4.0%} {text}"
+
+
+class NoBatchBar:
+    def update(self, messages: int, sent: int) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

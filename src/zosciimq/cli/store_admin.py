@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from zosciimq.cli import exit_codes
 from zosciimq.cli.context import Context
-
-UNIDENTIFIED = "-u.bin"
+from zosciimq.core import InvalidInput, parse_name
 
 
 def scan(ctx: Context) -> int:
@@ -53,4 +52,9 @@ def _names(ctx: Context) -> list[str]:
 
 
 def _identified(name: str) -> str:
-    return name[: -len(UNIDENTIFIED)] + ".bin" if name.endswith(UNIDENTIFIED) else name
+    """The name identify gives ``name`` (the core's rule); a name that does not parse is
+    left as it is: the server refuses it, and it is reported as not renamed."""
+    try:
+        return str(parse_name(name).identified())
+    except InvalidInput:
+        return name

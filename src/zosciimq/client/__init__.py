@@ -1,5 +1,6 @@
 """A Python client for the ZOSCII MQ HTTP API (this project's and the original's).
 
+    from pathlib import Path
     from zosciimq.client import ZosciiClient, FilePointerStore
 
     with ZosciiClient("http://mq.example.com/") as mq:
@@ -8,13 +9,17 @@
             for message in consumer:
                 handle(message.name, message.data)
 
+        names = [p.name for p in mq.publish_many("orders", [b"a", b"b", Path("c.pdf")])]
+
 Errors are typed (``zosciimq.client.errors``); binary payloads stay byte-exact.
 ``fetch_batch`` reads many messages per request and ``wait=`` long-polls where the server
-has them (this project's api), falling back to single fetches against the original.
+has them (this project's api), falling back to single fetches against the original;
+``publish_many`` sends many messages per request the same way, falling back to single
+publishes.
 """
 
 from zosciimq.client.batch import BatchMessage
-from zosciimq.client.client import Message, Mode, Published, ZosciiClient, new_nonce
+from zosciimq.client.client import Message, Mode, ZosciiClient, new_nonce
 from zosciimq.client.consumer import Consumer
 from zosciimq.client.download import DownloadResult
 from zosciimq.client.errors import (
@@ -44,12 +49,14 @@ from zosciimq.client.errors import (
 )
 from zosciimq.client.payload import PayloadTooLarge
 from zosciimq.client.pointers import FilePointerStore, MemoryPointerStore, PointerStore
-from zosciimq.client.replies import Envelope, Received, ReplyInfo
+from zosciimq.client.publish_batch import BatchItem, PublishProgress
+from zosciimq.client.replies import Envelope, Published, Received, ReplyInfo
 from zosciimq.client.transport import TransportOptions
 
 __all__ = [
     "BadHeaders",
     "BadMessageName",
+    "BatchItem",
     "BatchMessage",
     "Consumer",
     "DeadlineExceeded",
@@ -69,6 +76,7 @@ __all__ = [
     "PayloadTooLarge",
     "PointerStore",
     "ProtocolError",
+    "PublishProgress",
     "Published",
     "QueueNotFound",
     "RangeNotSatisfiable",

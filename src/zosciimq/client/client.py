@@ -11,11 +11,16 @@ Two modes:
   ever sent, although the original would ignore them, so a strict proxy or firewall in
   front of an original server sees nothing new.
 
-Batch fetch and long-poll (this project's improvements) are used in the default mode
-only. Whether a server knows batches is learnt from its first reply to one and
-remembered per client (``batch_support``): ``multipart/mixed`` means yes; a single
-binary message means no (the original ignores ``count``), and from then on the client
-makes single fetches, returning that first message as a batch of one.
+Batch fetch, batch publish (``publish_many``) and long-poll (this project's
+improvements) are used in the default mode only. Whether a server knows batches is
+learnt from its first reply to one and remembered per client (``batch_support``):
+``multipart/mixed`` means yes; a single binary message means no (the original ignores
+``count``), and from then on the client makes single fetches, returning that first
+message as a batch of one. Batch publish is learnt the same way
+(``publish_batch_support``, see publish_batch.py): the first request of a
+``publish_many`` carries one message, and a reply without the name list (the
+original's) means single publishes from then on, so no message is ever lost to a server
+that would keep only the last part of a batch.
 
 The urlencoded form is byte-exact for binary messages: requests percent-encodes the raw
 bytes of a ``bytes`` value, and the server decodes them back to the same bytes.
@@ -52,8 +57,16 @@ from zosciimq.client.errors import (
 )
 from zosciimq.client.payload import MessageSource, Payload
 from zosciimq.client.pointers import PointerStore
+from zosciimq.client.publish_batch import (
+    DEFAULT_PUBLISH_BATCH_BYTES,
+    DEFAULT_PUBLISH_BATCH_SIZE,
+    BatchItem,
+    BatchRun,
+    PublishProgress,
+)
 from zosciimq.client.replies import (
     Envelope,
+    Published,
     Received,
     SinkFactory,
     check_headers,
@@ -81,15 +94,6 @@ class Message:
     data: bytes
     offset: int = 0
     total_length: int | None = None
-
-
-@dataclass(frozen=True)
-class Published:
-    """Reply to publish/store. ``nonce`` is what was sent, so a caller can retry with it."""
-
-    nonce: str | None
-    message: str
-    name: str | None = None  # store only: the stored name (None when the nonce was used)
 
 
 def new_nonce() -> str:
@@ -128,6 +132,10 @@ class ZosciiClient:
         # None: not known yet; True: the server answered a batch; False: it answered a
         # batch request with a single message (the original), so single fetches are made.
         self.batch_support: bool | None = None
+        # The same for batch publish (publish_many): None until a batch of one message
+        # was answered; True: it answered with the name list; False: it answered as a
+        # single publish (the original), so single publishes are made from then on.
+        self.publish_batch_support: bool | None = None
 
     def close(self) -> None:
         self.session.close()
@@ -147,13 +155,111 @@ class ZosciiClient:
         retention_days: int | None = None,
         nonce: str | None = None,
     ) -> Published:
-        """Publish; a fresh nonce (uuid4) is used unless given, so retries never duplicate."""
-        nonce = nonce or new_nonce()
-        params = {"action": "publish", "q": queue, "n": nonce}
-        if retention_days is not None:
-            params["r"] = str(retention_days)
-        envelope = self._send_message(params, message)
-        return Published(nonce=nonce, message=envelope.message)
+        """Publish; a fresh nonce (uuid4) is used unless given, so retries never duplicate.
+
+        ``message``: bytes, a str (the text, as UTF-8), a file object (sent from its
+        position on, streamed), an iterable of bytes, or a ``pathlib.Path`` (that file).
+        The reply names no message: ``name`` and ``duplicate`` are None.
+        """
+        payload = Payload.from_source(message, self.max_message_bytes)
+        try:
+            return self._publish_payload(
+                queue, payload, retention_days=retention_days, nonce=nonce or new_nonce()
+            )
+        finally:
+            payload.close()
+
+    def publish_many(
+        self,
+        queue: str,
+        messages: Iterable[MessageSource | BatchItem],
+        *,
+        retention_days: int | None = None,
+        batch_size: int = DEFAULT_PUBLISH_BATCH_SIZE,
+        batch_bytes: int = DEFAULT_PUBLISH_BATCH_BYTES,
+        on_progress: PublishProgress | None = None,
+    ) -> list[Published]:
+        """Publish many messages, in order, in few requests; one ``Published`` each.
+
+        ``messages``: anything ``publish`` takes (bytes, str text, file objects,
+        iterables of bytes, ``pathlib.Path`` for a file), or ``BatchItem(data, nonce,
+        retention_days)`` for a message's own nonce or retention. Each message gets a
+        fresh uuid4 nonce unless given, and the request is retried with the same ones,
+        so a lost reply never stores a message twice. ``retention_days``: the default
+        for messages without their own (None: the server's default, 0 as shipped).
+
+        Requests carry at most ``batch_size`` messages and ``batch_bytes`` message
+        bytes (keep them within the server's ``ZOSCII_MAX_BATCH_COUNT``, 1000, and
+        ``ZOSCII_MAX_BATCH_BYTES``, 64 MiB, or it answers 400/413). The body is
+        streamed: files are read piece by piece as they are sent. A message larger
+        than ``batch_bytes`` goes alone as a single publish (any size the server
+        takes; its ``name`` is then None). Each batch is all or nothing on the server
+        and its messages get contiguous, increasing names.
+
+        Results: ``Published.name`` is the name given; for a message whose nonce had
+        been used already (a repeat) ``name`` is None and ``duplicate`` True, and
+        nothing was written for it. A server without batch publish (the original, see
+        ``publish_batch_support``) is detected by the first request, which carries one
+        message only; every other message then goes as a single publish, whose reply
+        names nothing (``name`` and ``duplicate`` None). That first message reaches
+        the original without a nonce it understands: its ``nonce`` is None. No probe
+        is made when ``fetch_batch`` already found the server without batches, and in
+        the ``original`` mode every message is a single publish.
+
+        On an error the typed error is raised (``TooLarge`` for 413, ``InvalidInput``
+        for 400, ...; an ``OSError`` for an unreadable file) with two attributes:
+        ``published``, the ``Published`` of the messages acknowledged before it (a
+        prefix of ``messages``), and ``remaining``, the rest as ``BatchItem``s with
+        the nonces that were sent. Nothing of the failed request was written, unless
+        its reply was lost on the way: ``publish_many(queue, error.remaining)`` then
+        finishes the job without storing anything twice (the repeats come back with
+        ``duplicate`` True). Files given as objects are rewound for that; streams
+        that cannot seek are in ``remaining`` as their temporary copies.
+
+        ``on_progress(messages_acknowledged, message_bytes_sent)`` is called as the
+        bodies are sent and after every request.
+        """
+        run = BatchRun(
+            self,
+            queue,
+            retention_days=retention_days,
+            batch_size=batch_size,
+            batch_bytes=batch_bytes,
+            on_progress=on_progress,
+        )
+        items = [run.item(message) for message in messages]  # nonces: checked, or new
+        try:
+            return list(run.run(items))
+        except BaseException as exc:
+            if isinstance(getattr(exc, "remaining", None), list):
+                exc.remaining += items[run.taken :]  # type: ignore[attr-defined]
+            raise
+
+    def publish_iter(
+        self,
+        queue: str,
+        messages: Iterable[MessageSource | BatchItem],
+        *,
+        retention_days: int | None = None,
+        batch_size: int = DEFAULT_PUBLISH_BATCH_SIZE,
+        batch_bytes: int = DEFAULT_PUBLISH_BATCH_BYTES,
+        on_progress: PublishProgress | None = None,
+    ) -> Iterator[Published]:
+        """``publish_many`` for long or endless inputs: ``messages`` is taken lazily
+        (one request's worth at a time) and a ``Published`` is yielded per message as
+        soon as its request is acknowledged. On an error, ``remaining`` holds only the
+        messages taken from ``messages`` and not acknowledged; the rest is still in
+        your iterator.
+        """
+        run = BatchRun(
+            self,
+            queue,
+            retention_days=retention_days,
+            batch_size=batch_size,
+            batch_bytes=batch_bytes,
+            on_progress=on_progress,
+        )
+        return run.run(messages)
 
     def fetch(
         self,
@@ -384,20 +490,32 @@ class ZosciiClient:
         return result
 
     # --- plumbing ------------------------------------------------------------------------
+    def _publish_payload(
+        self, queue: str, payload: Payload, *, retention_days: int | None, nonce: str
+    ) -> Published:
+        params = {"action": "publish", "q": queue, "n": nonce}
+        if retention_days is not None:
+            params["r"] = str(retention_days)
+        envelope = self._send_payload(params, payload)
+        return Published(nonce=nonce, message=envelope.message)
+
     def _send_message(self, params: dict[str, str], message: MessageSource) -> Envelope:
         payload = Payload.from_source(message, self.max_message_bytes)
         try:
-            if self.original or payload.size <= self.stream_threshold:
-                return self._call({**params, "msg": payload.read_all()}, method="POST")
-            with self._exchange(
-                "POST",
-                params,
-                body=payload.body(),
-                headers={"Content-Type": "application/octet-stream"},
-            ) as response:
-                return self._envelope(response)
+            return self._send_payload(params, payload)
         finally:
             payload.close()
+
+    def _send_payload(self, params: dict[str, str], payload: Payload) -> Envelope:
+        if self.original or payload.size <= self.stream_threshold:
+            return self._call({**params, "msg": payload.read_all()}, method="POST")
+        with self._exchange(
+            "POST",
+            params,
+            body=payload.body(),
+            headers={"Content-Type": "application/octet-stream"},
+        ) as response:
+            return self._envelope(response)
 
     def _call(self, params: dict[str, Any], method: str | None = None) -> Envelope:
         method = method or ("POST" if self.original else "GET")

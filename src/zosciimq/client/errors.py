@@ -8,7 +8,9 @@ Three families, so a caller can decide what to do without reading any text:
   (HTML, someone else's JSON, a truncated body, a bad file name). Nothing was used.
 * ``ServerError``: a well-formed envelope whose ``error`` is set. The subclass is chosen
   from the HTTP status (this project) or, for the original implementation, which always
-  answers 200, from the envelope's ``error``; never from its ``message``.
+  answers 200, from the envelope's ``error``; never from its ``message``. Each is also
+  the shared package's class of the same name (``zosciimq.errors``), so ``except
+  zosciimq.errors.InvalidInput`` catches a bad input found here or by the server.
 
 Every error has a short ``reason`` (a fixed vocabulary, safe as a metrics label).
 """
@@ -17,9 +19,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from zosciimq import errors
+
 
 class ZosciiClientError(Exception):
+    """``published``/``remaining``: set when ``publish_many``/``publish_iter`` failed part
+    way (see there): the ``Published`` of the messages acknowledged before the error, and
+    the ``BatchItem``s not acknowledged, with the nonces that were sent. None otherwise."""
+
     reason = "error"
+    published: list[Any] | None = None
+    remaining: list[Any] | None = None
 
 
 # --- the network -----------------------------------------------------------------------
@@ -89,47 +99,47 @@ class ServerError(ZosciiClientError):
         self.envelope = envelope
 
 
-class InvalidInput(ServerError):
+class InvalidInput(ServerError, errors.InvalidInput):
     reason = "invalid_input"
 
 
-class Unauthenticated(ServerError):
+class Unauthenticated(ServerError, errors.Unauthenticated):
     """401: no credentials, or none the server accepts (access control is on)."""
 
     reason = "unauthenticated"
 
 
-class Forbidden(ServerError):
+class Forbidden(ServerError, errors.Forbidden):
     """The action is switched off on the server, or publishing to that queue is blocked."""
 
     reason = "forbidden"
 
 
-class NotFound(ServerError):
+class NotFound(ServerError, errors.NotFound):
     reason = "not_found"
 
 
-class QueueNotFound(NotFound):
+class QueueNotFound(NotFound, errors.QueueNotFound):
     pass
 
 
-class MessageNotFound(NotFound):
+class MessageNotFound(NotFound, errors.MessageNotFound):
     pass
 
 
-class RangeNotSatisfiable(ServerError):
+class RangeNotSatisfiable(ServerError, errors.RangeNotSatisfiable):
     reason = "range"
 
 
-class TooLarge(ServerError):
+class TooLarge(ServerError, errors.TooLarge):
     reason = "too_large"
 
 
-class TryAgain(ServerError):
+class TryAgain(ServerError, errors.TryAgain):
     reason = "try_again"
 
 
-class StorageFull(ServerError):
+class StorageFull(ServerError, errors.StorageFull):
     reason = "storage_full"
 
 
@@ -137,17 +147,21 @@ class InternalServerError(ServerError):
     reason = "server_error"
 
 
+# The server's statuses (zosciimq.errors) -> the class raised here; 429 (rate limited)
+# and 503 are both "try again later" to a client.
 _BY_STATUS: dict[int, type[ServerError]] = {
-    400: InvalidInput,
-    401: Unauthenticated,
-    403: Forbidden,
-    404: NotFound,
-    413: TooLarge,
-    416: RangeNotSatisfiable,
-    429: TryAgain,
-    503: TryAgain,
-    507: StorageFull,
-}
+    kind.status: kind
+    for kind in (
+        InvalidInput,
+        Unauthenticated,
+        Forbidden,
+        NotFound,
+        TooLarge,
+        RangeNotSatisfiable,
+        TryAgain,
+        StorageFull,
+    )
+} | {errors.RateLimited.status: TryAgain, errors.WrongMethod.status: InvalidInput}
 
 
 def server_error(error: str, *, status: int, envelope: dict[str, Any]) -> ServerError:

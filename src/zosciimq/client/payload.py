@@ -1,14 +1,16 @@
 """Turning what a caller hands to publish/store into a request body.
 
-bytes and str go as they are (str as UTF-8). A file or stream is sent from disk
-without loading it into memory; one that cannot seek (a pipe, a generator) is first
-spooled to a temporary file, because a retried request must be able to send the same
-bytes again from the start.
+bytes and str go as they are (str as UTF-8: a ``str`` is always the message text, never
+a file name). A file or stream is sent from disk without loading it into memory; one
+that cannot seek (a pipe, a generator) is first spooled to a temporary file, because a
+retried request must be able to send the same bytes again from the start. A path
+(``pathlib.Path`` or any ``os.PathLike``) is opened here and sent the same way.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,7 +18,9 @@ from typing import IO, BinaryIO
 
 from zosciimq.client.errors import ZosciiClientError
 
-MessageSource = bytes | bytearray | memoryview | str | BinaryIO | IO[bytes] | Iterable[bytes]
+MessageSource = (
+    bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO | IO[bytes] | Iterable[bytes]
+)
 SPOOL_CHUNK = 1 << 20
 
 
@@ -35,6 +39,7 @@ class Payload:
     file: BinaryIO | None = None
     start: int = 0
     _owned: bool = False
+    spooled: bool = False  # ``file`` is a temporary copy of a stream that cannot be re-read
 
     @classmethod
     def from_source(cls, message: MessageSource, max_bytes: int | None = None) -> Payload:
@@ -44,6 +49,8 @@ class Payload:
             data = bytes(message)
             _check_size(len(data), max_bytes)
             return cls(size=len(data), data=data)
+        if isinstance(message, os.PathLike):
+            return cls._open(message, max_bytes)
         if hasattr(message, "read"):
             file = message  # type: ignore[assignment]
             position = _seekable_position(file)
@@ -56,6 +63,17 @@ class Payload:
         if isinstance(message, Iterable):
             return cls._spool(message, max_bytes)
         raise TypeError(f"cannot send a {type(message).__name__} as a message")
+
+    @classmethod
+    def _open(cls, path: os.PathLike[str], max_bytes: int | None) -> Payload:
+        file = open(path, "rb")  # noqa: SIM115 - closed by Payload.close
+        try:
+            size = os.fstat(file.fileno()).st_size
+            _check_size(size, max_bytes)
+        except BaseException:
+            file.close()
+            raise
+        return cls(size=size, file=file, _owned=True)
 
     @classmethod
     def _spool(cls, chunks: Iterable[bytes], max_bytes: int | None) -> Payload:
@@ -71,7 +89,7 @@ class Payload:
         except BaseException:
             spool.close()
             raise
-        return cls(size=size, file=spool, _owned=True)
+        return cls(size=size, file=spool, _owned=True, spooled=True)
 
     def read_all(self) -> bytes:
         """The whole message in memory (the original's urlencoded form needs it)."""
@@ -87,6 +105,18 @@ class Payload:
             return self.data
         assert self.file is not None
         self.file.seek(self.start)
+        return self.file
+
+    def rewind(self) -> None:
+        """Put a caller's file back where it was found (so it can be sent again)."""
+        if self.file is not None:
+            self.file.seek(self.start)
+
+    def detach(self) -> BinaryIO:
+        """The spooled copy, rewound, now the caller's to close (``close()`` leaves it)."""
+        assert self.spooled and self.file is not None
+        self._owned = False
+        self.file.seek(0)
         return self.file
 
     def close(self) -> None:

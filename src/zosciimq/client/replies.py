@@ -60,6 +60,25 @@ class Envelope:
 
 
 @dataclass(frozen=True)
+class Published:
+    """Reply to publish/store, one per message for ``publish_many``.
+
+    ``nonce``: what was sent, so a caller can retry with it (None: no nonce protects
+    the message, see ``publish_many`` against the original). ``name``: the name given
+    (store; batch publish), None when the nonce had been used already or when the
+    server does not say (a single publish). ``duplicate``: True when the server said
+    the nonce had been used, so nothing was written for it; False when it said it
+    wrote the message; None when it does not say (single publish answers only a text
+    for people, which clients must not read).
+    """
+
+    nonce: str | None
+    message: str
+    name: str | None = None
+    duplicate: bool | None = None
+
+
+@dataclass(frozen=True)
 class Received:
     """A binary reply written to a sink."""
 

@@ -16,9 +16,9 @@ from zosciimq.core.errors import (
 )
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MessageName, parse_name
-from zosciimq.core.queues import FetchResult, PublishResult, QueueStore
+from zosciimq.core.queues import FetchResult, Outgoing, PublishResult, QueueStore
 from zosciimq.core.store import DataStore, StoreResult
-from zosciimq.core.upload import Upload
+from zosciimq.core.upload import Upload, sync_uploads
 
 __all__ = [
     "DataDir",
@@ -27,6 +27,7 @@ __all__ = [
     "InvalidInput",
     "MessageName",
     "MessageNotFound",
+    "Outgoing",
     "PublishResult",
     "QueueNotFound",
     "QueueStore",
@@ -37,4 +38,5 @@ __all__ = [
     "Upload",
     "ZosciiError",
     "parse_name",
+    "sync_uploads",
 ]

@@ -8,14 +8,30 @@ the ``.bin`` files alone, so deleting it loses nothing.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
-from zosciimq.core.errors import InvalidInput
-from zosciimq.core.names import RESERVED_QUEUES, clean_queue
+from zosciimq.core.names import RESERVED_QUEUES, is_queue_name
 
 INTERNAL_DIR = ".zoscii"
+# A file being rewritten is first written beside it as ".<name>.<hex>.tmp" and renamed
+# over it (index.rebuild, durable.atomic_write); a crash in between leaves it behind.
+LEFTOVER_PREFIX, LEFTOVER_SUFFIX = ".", ".tmp"
+
+
+def leftover_path(path: str | os.PathLike[str]) -> str:
+    """Where ``path``'s next version is written before it is renamed over it."""
+    directory, base = os.path.split(os.fspath(path))
+    return os.path.join(directory, f"{LEFTOVER_PREFIX}{base}.{uuid.uuid4().hex}{LEFTOVER_SUFFIX}")
+
+
+INDEX_SUFFIX = ".idx"  # .zoscii/index/<queue>.idx
+JOURNAL_SUFFIX = ".journal"  # .zoscii/index/<queue>.journal
+TTL_SUFFIX = ".ttl"  # .zoscii/index/<queue>.ttl: expiry of messages published with a TTL
+GROUP_SUFFIX = ".log"  # .zoscii/groups/<queue>/<group>.log: a consumer group's state
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,11 @@ class DataDir:
     def temp(self) -> Path:
         """Uploads in progress: same file system as queues and store, so rename is atomic."""
         return self.queues / "temp"
+
+    @cached_property
+    def temp_str(self) -> str:
+        """``temp`` as text, worked out once: every upload needs it."""
+        return str(self.temp)
 
     @property
     def store(self) -> Path:
@@ -62,10 +83,36 @@ class DataDir:
         return self.queues / queue
 
     def index_path(self, queue: str) -> Path:
-        return self.indexes / f"{queue}.idx"
+        return self.indexes / f"{queue}{INDEX_SUFFIX}"
+
+    def journal_path(self, queue: str) -> Path:
+        """The nonces of a publishing group in flight (see QueueStore)."""
+        return self.indexes / f"{queue}{JOURNAL_SUFFIX}"
+
+    def ttl_path(self, queue: str) -> Path:
+        """Expiry times of a queue's messages that were published with a TTL."""
+        return self.indexes / f"{queue}{TTL_SUFFIX}"
+
+    @property
+    def groups(self) -> Path:
+        return self.internal / "groups"
+
+    def group_log_path(self, queue: str, group: str) -> Path:
+        """A consumer group's state: what it was given, acked, requeued, dead-lettered."""
+        return self.groups / queue / f"{group}{GROUP_SUFFIX}"
+
+    def group_lock_path(self, queue: str, group: str) -> Path:
+        return self.locks / f"group-{queue}--{group}.lock"
 
     def queue_lock_path(self, queue: str) -> Path:
         return self.locks / f"queue-{queue}.lock"
+
+    def nonce_lock_path(self, shard: int) -> Path:
+        return self.locks / f"nonce-{shard:02d}.lock"
+
+    def job_lock_path(self, job: str) -> Path:
+        """Held by whichever process runs a replication job (one copy at a time)."""
+        return self.locks / f"replikate-{job}.lock"
 
     def nonce_path(self, nonce: str) -> Path:
         return self.nonces / nonce
@@ -85,9 +132,16 @@ class DataDir:
             path.mkdir(parents=True, exist_ok=True)
 
     def check_writable(self) -> str | None:
-        """Why the volume cannot take writes, or None when it can (used by health checks)."""
+        """Why the volume cannot take writes, or None when it can (used by health checks).
+
+        A link in place of one of the directories the services write into would take
+        their writes outside the data directory: that is a reason too.
+        """
         if not self.root.is_dir():
             return f"data directory {self.root} does not exist"
+        for path in (self.queues, self.temp, self.store, self.nonces, self.states):
+            if path.is_symlink():
+                return f"{path} is a link, not a directory of the data directory"
         for path in (self.temp, self.nonces, self.internal):
             if not os.access(path, os.W_OK):
                 return f"{path} is not writable"
@@ -103,8 +157,5 @@ class DataDir:
             for entry in entries:
                 if entry.name in RESERVED_QUEUES or not entry.is_dir(follow_symlinks=False):
                     continue
-                try:
-                    if clean_queue(entry.name) == entry.name:
-                        yield entry.name
-                except InvalidInput:
-                    continue
+                if is_queue_name(entry.name):
+                    yield entry.name

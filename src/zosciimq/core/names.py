@@ -17,16 +17,20 @@ from functools import cached_property
 
 from zosciimq.core.errors import InvalidInput
 
-NAME_LENGTH = 64
+NAME_LENGTH = 64  # a queue message's name; store names may carry "-u" and ".bin" more
+MAX_NAME_LENGTH = NAME_LENGTH + len(".bin-u")
 MAX_COUNTER = 9999
 MAX_RETENTION_DAYS = 9999
 MAX_TOKEN_LENGTH = 128
 RESERVED_QUEUES = frozenset({"temp"})  # queues/temp/ holds uploads in progress
 
+# ASCII digits only: "\d" would also take fullwidth and other Unicode digits, which
+# int() accepts and the file system, the index (ASCII) and the original do not.
 _NAME_RE = re.compile(
-    r"(?P<stamp>\d{14})(?P<counter>\d{4})-(?P<retention>\d{4})-"
+    r"(?P<stamp>[0-9]{14})(?P<counter>[0-9]{4})-(?P<retention>[0-9]{4})-"
     r"(?P<guid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
-    r"(?P<u>-u)?\.bin"
+    r"(?P<doubled>\.bin)?(?P<u>-u)?\.bin",
+    re.ASCII,
 )
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
 _STAMP_FORMAT = "%Y%m%d%H%M%S"
@@ -42,10 +46,18 @@ class MessageName:
     retention_days: int
     guid: str
     unidentified: bool = False
+    # The original's replikate.php stores without a target queue as "<name>.bin-u.bin"
+    # (its identify then makes that "<name>.bin.bin"). Such files exist on shared
+    # volumes; they are store names like any other, with ".bin" doubled.
+    doubled: bool = False
 
     def __str__(self) -> str:
+        doubled = ".bin" if self.doubled else ""
         suffix = "-u" if self.unidentified else ""
-        return f"{self.stamp}{self.counter:04d}-{self.retention_days:04d}-{self.guid}{suffix}.bin"
+        return (
+            f"{self.stamp}{self.counter:04d}-{self.retention_days:04d}-{self.guid}"
+            f"{doubled}{suffix}.bin"
+        )
 
     @property
     def published_at(self) -> datetime:
@@ -96,6 +108,7 @@ def parse_name(text: str) -> MessageName:
         retention_days=int(match["retention"]),
         guid=match["guid"],
         unidentified=match["u"] is not None,
+        doubled=match["doubled"] is not None,
     )
 
 
@@ -186,6 +199,22 @@ def clean_nonce(raw: str | None) -> str | None:
             f"Invalid nonce '{_shorten(raw)}': use 1 to {MAX_TOKEN_LENGTH} of a-z A-Z 0-9 _ -."
         )
     return raw
+
+
+def is_queue_name(name: str) -> bool:
+    """A name a queue directory may have (exactly: not after lowercasing)."""
+    try:
+        return clean_queue(name) == name
+    except InvalidInput:
+        return False
+
+
+def is_nonce_name(name: str) -> bool:
+    """A name a nonce marker may have."""
+    try:
+        return clean_nonce(name) == name
+    except InvalidInput:
+        return False
 
 
 def clean_retention(raw: str | None, default: int) -> int:

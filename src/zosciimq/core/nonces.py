@@ -1,53 +1,99 @@
 """Nonces: a global namespace of retry tokens that makes publish and store idempotent.
 
 ``nonce/<n>`` is an empty marker whose mtime is its first use (claireup deletes it after
-the nonce window). The marker is written after the message, as in the original, so a
-crash in between can at worst let a retry store the message again; never the reverse
-(a marker without its message, which would lose the retry).
+the nonce window). The marker is written after the message is durable, as in the
+original, so a crash in between can at worst let a retry store the message again; never
+the reverse (a marker without its message, which would lose the retry).
 Checking and marking happen under one of 64 lock files picked by hashing the nonce, so
 two concurrent requests with the same nonce store the message once.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import zlib
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterable
 
 from zosciimq.core.durable import ensure_dir, fsync_dir, unlink_quietly
 from zosciimq.core.layout import DataDir
-from zosciimq.core.locking import FileLock
+from zosciimq.core.locking import LockSet
 
 LOCK_SHARDS = 64
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
+def scoped(nonce: str | None, scope: str | None) -> str | None:
+    """The marker name of ``nonce`` for one ``scope`` (a client, under access control).
+
+    Without a scope a nonce is global, as in the original. With one, two clients' equal
+    nonces must never meet, so the marker is a hash of both: no client can name (and so
+    squat) another's marker, and it is still a plain nonce-shaped file name that claireup
+    expires like any other.
+    """
+    if nonce is None or scope is None:
+        return nonce
+    digest = hashlib.sha256(f"{scope}\n{nonce}".encode()).hexdigest()
+    return f"scoped-{digest[:48]}"
 
 
 class Nonces:
     def __init__(self, data_dir: DataDir) -> None:
         self.data_dir = data_dir
+        self._dir = str(data_dir.nonces)
 
-    def lock(self, nonce: str | None) -> AbstractContextManager[object]:
-        if nonce is None:
-            return nullcontext()
-        shard = zlib.crc32(nonce.encode()) % LOCK_SHARDS
-        return FileLock(self.data_dir.locks / f"nonce-{shard:02d}.lock")
+    def lock(self, *nonces: str | None) -> LockSet:
+        """The shard locks of these nonces, taken in one global order (no lock for None)."""
+        shards = {zlib.crc32(n.encode()) % LOCK_SHARDS for n in nonces if n is not None}
+        return LockSet([str(self.data_dir.nonce_lock_path(shard)) for shard in shards])
+
+    def path(self, nonce: str) -> str:
+        return f"{self._dir}/{nonce}"
 
     def used(self, nonce: str) -> bool:
-        return self.data_dir.nonce_path(nonce).exists()
+        return os.path.exists(self.path(nonce))
 
     def mark(self, nonce: str) -> bool:
         """Create the marker durably; False when it already existed."""
-        path = self.data_dir.nonce_path(nonce)
+        return bool(self.mark_many([nonce]))
+
+    def mark_many(self, nonces: Iterable[str]) -> list[str]:
+        """Create the markers, then flush their directory once; returns those created.
+
+        On an error the markers created so far are removed again, so none stays behind
+        without its message.
+        """
+        created: list[str] = []
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            for nonce in nonces:
+                if self._create(nonce):
+                    created.append(nonce)
+            if created:
+                fsync_dir(self._dir)
+        except OSError:
+            self.unmark_many(created)
+            raise
+        return created
+
+    def _create(self, nonce: str) -> bool:
+        path = self.path(nonce)
+        try:
+            fd = os.open(path, _CREATE, 0o644)
         except FileExistsError:
             return False
-        except FileNotFoundError:
-            ensure_dir(path.parent)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            ensure_dir(self.data_dir.nonces)
+            fd = os.open(path, _CREATE, 0o644)
         os.close(fd)
-        fsync_dir(path.parent)
         return True
 
     def unmark(self, nonce: str) -> None:
         """Roll back a marker whose message could not be kept (nonce lock held)."""
-        unlink_quietly(self.data_dir.nonce_path(nonce))
+        unlink_quietly(self.path(nonce))
+
+    def unmark_many(self, nonces: Iterable[str]) -> None:
+        for nonce in nonces:
+            unlink_quietly(self.path(nonce))

@@ -5,35 +5,51 @@ fetches by pointer sees every acknowledged message exactly once, in name order, 
 publishers run concurrently in many workers, processes and containers.
 
 How: all publishes to a queue serialise on one lock file (an fcntl lock, so it holds
-across processes and NFS clients). Under that lock a publisher allocates a name above
-every name allocated before, renames the fsynced upload into place, fsyncs the directory
-and only then appends the name to the queue's index. Fetch reads only the index, so a
-message becomes visible strictly after every lower name did; nobody can see ``B`` and
-later find an ``A < B`` appear.
+across processes and NFS clients). Under that lock a publisher allocates names above
+every name allocated before, renames the fsynced uploads into place, fsyncs the
+directory and only then makes the names visible in the queue's index. Fetch reads only
+the visible part of the index, so a message becomes visible strictly after every lower
+name did; nobody can see ``B`` and later find an ``A < B`` appear.
 
-The slow part, fsyncing the content, happens before the lock is taken.
+Group commit: the slow part under the lock is the disk (a directory fsync and an index
+fdatasync). Publishers of one process that arrive while a commit is running queue up;
+when it ends, one of them (the leader) commits everything that waited as one group:
+one lock, one directory fsync, one index flush, names in arrival order. Nobody is
+answered before the commit that covers them. Across processes and containers, groups
+take turns on the fcntl lock: correct, just less batched. The content of each message
+is flushed by its own publisher before it joins a group, outside any lock.
 """
 
 from __future__ import annotations
 
+import copy
+import errno
+import itertools
+import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from stat import S_ISDIR, S_ISLNK
 from typing import BinaryIO
 
 from zosciimq.core import index as idx
-from zosciimq.core.durable import ensure_dir, raise_if_full, unlink_quietly
+from zosciimq.core.durable import ensure_dir, fsync_dir, raise_if_full, unlink_quietly
 from zosciimq.core.errors import QueueNotFound, TryAgain
 from zosciimq.core.layout import DataDir
-from zosciimq.core.locking import FileLock
-from zosciimq.core.names import MAX_COUNTER, MessageName, format_stamp, is_message_name
+from zosciimq.core.names import MAX_COUNTER, format_stamp, is_message_name
 from zosciimq.core.nonces import Nonces
-from zosciimq.core.upload import Upload
+from zosciimq.core.queue_files import OpenQueues, QueueFiles
+from zosciimq.core.upload import Upload, sync_uploads
+from zosciimq.errors import QueueUnusable
+
+log = logging.getLogger("zosciimq.core.queues")
 
 Clock = Callable[[], datetime]
+_READ_MESSAGE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_GROUP_MESSAGES = 4096  # one commit's worth; more waits for the next
 
 
 def utc_now() -> datetime:
@@ -44,6 +60,17 @@ def utc_now() -> datetime:
 class PublishResult:
     name: str | None  # None when the nonce had been used: nothing was written
     duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message to publish: its upload and its clean retention and nonce, and when
+    it expires for consumer groups (Unix seconds; None: never, see ``groups``)."""
+
+    upload: Upload
+    retention_days: int
+    nonce: str | None = None
+    expires_at: float | None = None
 
 
 @dataclass
@@ -60,17 +87,16 @@ class FetchResult:
             self.file.close()
 
 
-class _Queue:
-    """The paths of one queue."""
+class _Submission:
+    """One caller's messages, waiting for the commit that covers them."""
 
-    def __init__(self, data_dir: DataDir, name: str) -> None:
-        self.name = name
-        self.dir: Path = data_dir.queue_dir(name)
-        self.index_path: Path = data_dir.index_path(name)
-        self.lock_path: Path = data_dir.queue_lock_path(name)
+    __slots__ = ("done", "error", "messages", "results")
 
-    def lock(self) -> FileLock:
-        return FileLock(self.lock_path)
+    def __init__(self, messages: Sequence[Outgoing]) -> None:
+        self.messages = messages
+        self.results: list[PublishResult] = []
+        self.error: BaseException | None = None
+        self.done = False
 
 
 class QueueStore:
@@ -78,6 +104,11 @@ class QueueStore:
         self.data_dir = data_dir
         self.clock = clock
         self.nonces = Nonces(data_dir)
+        self._open = OpenQueues(data_dir)
+
+    def close(self) -> None:
+        """Close every queue file this store keeps open (they also close when idle)."""
+        self._open.close()
 
     # --- publish -------------------------------------------------------------------
     def publish(
@@ -88,112 +119,307 @@ class QueueStore:
         ``queue``, ``retention_days`` and ``nonce`` must already be clean (names.clean_*).
         With a nonce that was used before (by any queue or the store) nothing is written.
         """
-        upload.sync()
-        q = _Queue(self.data_dir, queue)
+        return self.publish_many(queue, [Outgoing(upload, retention_days, nonce)])[0]
+
+    def publish_many(self, queue: str, messages: Sequence[Outgoing]) -> list[PublishResult]:
+        """Publish several messages under contiguous names, all or nothing.
+
+        Every message gets a result in order: its name, or ``duplicate`` when its nonce
+        had been used (earlier, or by a message before it in the same call). Any error
+        writes none of them.
+        """
+        if not messages:
+            return []
         try:
-            ensure_dir(q.dir)
-            with self.nonces.lock(nonce), q.lock(), self._open_index(q) as index:
-                header = self._recover(q, index)
-                if nonce is not None and self.nonces.used(nonce):
-                    return PublishResult(name=None, duplicate=True)
-                name = self._next_name(header.last, retention_days)
-                header.last, header.pending, header.pending_nonce = name, name, nonce or ""
-                index.write_header(header)
-                upload.commit(q.dir / name)
-                try:
-                    self._finish(q, index, header)
-                except OSError:
-                    self._roll_back(q, index, header)
-                    raise
-                return PublishResult(name=name)
+            sync_uploads([m.upload for m in messages])  # the slow part, outside the lock
+            with self._open.use(queue) as files:
+                return self._submit(files, _Submission(messages))
         except OSError as exc:
             raise_if_full(exc)
             raise
 
-    def _next_name(self, last: str, retention_days: int) -> str:
-        """A name above every name ever allocated here, also when the clock steps back."""
+    def _submit(self, files: QueueFiles, submission: _Submission) -> list[PublishResult]:
+        """Wait for the commit that covers ``submission``, leading one when it is our turn."""
+        with files.turn:
+            files.waiting.append(submission)
+            while not submission.done:
+                if files.committing:
+                    files.turn.wait()
+                    continue
+                files.committing = True
+                group = _take_group(files.waiting)
+                files.turn.release()
+                try:
+                    self._commit(files, group)
+                finally:
+                    files.turn.acquire()
+                    files.committing = False
+                    files.turn.notify_all()
+        if submission.error is not None:
+            raise submission.error
+        return submission.results
+
+    def _commit(self, files: QueueFiles, group: list[_Submission]) -> None:
+        """Commit a group; every submission in it ends done, with results or an error."""
+        try:
+            nonces = [m.nonce for s in group for m in s.messages]
+            with self.nonces.lock(*nonces), files.lock:
+                index = self._locked_index(files, create_dir=True)
+                try:
+                    header = self._recover(files, index)
+                    if header is not None:  # recovery replaced the file: borrow the new one
+                        files.index.give_back(index)
+                        index = files.index.borrow(create=True)
+                        assert index is not None
+                    header = index.header()
+                    assert header is not None
+                    accepted = self._allocate(group, header)
+                    if accepted:
+                        self._write(files, index, header, accepted)
+                finally:
+                    files.index.give_back(index)
+        except BaseException as exc:
+            for position, submission in enumerate(group):
+                if not submission.done:
+                    submission.error = exc if position == 0 else copy.copy(exc)
+        for submission in group:
+            submission.done = True
+
+    def _allocate(
+        self, group: list[_Submission], header: idx.IndexHeader
+    ) -> list[tuple[Outgoing, str]]:
+        """Names for every message whose nonce is unused, above every name ever given.
+
+        The clock is read once: the group shares a second and counts up within it, and
+        a clock that stepped back continues from the last name instead.
+        """
         stamp = format_stamp(self.clock())
-        counter = 0
+        last = header.last
         if last and stamp <= last[:14]:
             stamp, counter = last[:14], int(last[14:18]) + 1
-            if counter > MAX_COUNTER:
-                raise TryAgain("More than 10,000 messages in one second on this queue; try again.")
-        return str(MessageName(stamp, counter, retention_days, str(uuid.uuid4())))
+        else:
+            counter = 0
+        accepted: list[tuple[Outgoing, str]] = []
+        seen: set[str] = set()
+        for submission in group:
+            mine: list[tuple[Outgoing, str]] = []
+            results: list[PublishResult] = []
+            for message in submission.messages:
+                nonce = message.nonce
+                if nonce is not None and (nonce in seen or self.nonces.used(nonce)):
+                    results.append(PublishResult(name=None, duplicate=True))
+                    continue
+                if counter > MAX_COUNTER:
+                    break
+                name = f"{stamp}{counter:04d}-{message.retention_days:04d}-{uuid.uuid4()}.bin"
+                counter += 1
+                if nonce is not None:
+                    seen.add(nonce)
+                mine.append((message, name))
+                results.append(PublishResult(name=name))
+            else:
+                accepted.extend(mine)
+                submission.results = results
+                continue
+            for message, _ in mine:
+                if message.nonce is not None:
+                    seen.discard(message.nonce)
+            counter -= len(mine)
+            submission.error = TryAgain(
+                "More than 10,000 messages in one second on this queue; try again."
+            )
+            submission.done = True
+        return accepted
 
-    def _finish(self, q: _Queue, index: idx.IndexFile, header: idx.IndexHeader) -> None:
-        """Mark the nonce, index the pending message, record the directory's new state.
+    def _write(
+        self,
+        files: QueueFiles,
+        index: idx.IndexFile,
+        header: idx.IndexHeader,
+        accepted: list[tuple[Outgoing, str]],
+    ) -> None:
+        """The durable steps of one group (docs/durability.md), rolled back on error.
 
-        The nonce goes first: if it cannot be written the message is rolled back before
-        anyone could have seen it. The appended record is flushed before the reply: after
-        a power loss the header page may reach the disk without the tail page, and then
-        no mismatch would ever send a reader back to the directory for this message.
+        The records go into the index before the renames but stay invisible until the
+        header counts them, after every flush: so the directory fsync and the index
+        flush can ride one journal commit of the file system, and a reader never sees a
+        name whose file could still be lost.
         """
-        if header.pending_nonce:
-            self.nonces.mark(header.pending_nonce)
-        index.append(header.pending)
-        index.sync()
-        stat = os.stat(q.dir)
-        header.pending = header.pending_nonce = ""
-        header.dir_mtime_ns, header.dir_ino = stat.st_mtime_ns, stat.st_ino
+        names = [name for _, name in accepted]
+        journal = "".join(f"{n} {m.nonce}\n" for m, n in accepted if m.nonce).encode("ascii")
+        journal_fd = files.journal_fd()  # created with the queue's first group, nonce or not
+        if journal:
+            os.pwrite(journal_fd, journal, 0)
+        expiries = "".join(
+            f"{n} {int(m.expires_at * 1000)}\n" for m, n in accepted if m.expires_at is not None
+        ).encode("ascii")
+        if expiries:  # before the names exist, flushed with the index: never a name without
+            os.write(files.ttl_fd(), expiries)
+        index.write_records(header.committed, names)
+        header.last, header.pending, header.journal = names[-1], len(names), len(journal)
         index.write_header(header)
-
-    def _roll_back(self, q: _Queue, index: idx.IndexFile, header: idx.IndexHeader) -> None:
-        """Undo a publish that failed after its rename (disk full while indexing)."""
-        unlink_quietly(q.dir / header.pending)
-        if header.pending_nonce:
-            self.nonces.unmark(header.pending_nonce)
-        header.pending = header.pending_nonce = ""
+        renamed: list[str] = []
+        marked: list[str] = []
+        dir_stat = os.lstat(files.dir)
+        dir_fd = files.dir_fd(dir_stat.st_ino)
         try:
+            for message, name in accepted:
+                os.rename(message.upload.temp_path, name, dst_dir_fd=dir_fd)
+                message.upload.mark_committed()
+                renamed.append(name)
+            dir_stat = os.fstat(dir_fd)
+            os.fsync(dir_fd)
+            marked = self.nonces.mark_many(m.nonce for m, _ in accepted if m.nonce)
+            index.sync()
+            if expiries:
+                os.fdatasync(files.ttl_fd())
+            header.committed += len(names)
+            header.pending = header.journal = 0
+            header.dir_mtime_ns, header.dir_ino = dir_stat.st_mtime_ns, dir_stat.st_ino
             index.write_header(header)
         except OSError:
-            pass  # the next lock holder finds the pending file gone and clears it
+            self._roll_back(files, index, header, renamed, marked)
+            raise
 
-    def _recover(self, q: _Queue, index: idx.IndexFile) -> idx.IndexHeader:
-        """Bring the index in line with the directory (queue lock held).
+    def _roll_back(
+        self,
+        files: QueueFiles,
+        index: idx.IndexFile,
+        header: idx.IndexHeader,
+        renamed: list[str],
+        marked: list[str],
+    ) -> None:
+        """Undo a group that failed after its first rename (disk full while marking or
+        indexing): nothing of it stays, and nobody could have seen it."""
+        for name in renamed:
+            unlink_quietly(os.path.join(files.dir, name))
+        self.nonces.unmark_many(marked)
+        header.pending = header.journal = 0
+        try:
+            stat = os.lstat(files.dir)
+            header.dir_mtime_ns, header.dir_ino = stat.st_mtime_ns, stat.st_ino
+            index.write_header(header)
+        except OSError:
+            pass  # the next lock holder finds pending set and rebuilds
 
-        ``pending`` seen under the lock: its publisher died mid-publish, and how far it got
-        in the index is unknown (appended or not; after a power loss the tail may even be
-        zeros). So the index is rebuilt from the directory, the truth; a message that made
-        it into the directory keeps its nonce, so a retry does not store it twice.
-        """
-        header = index.header()
-        if header is None:  # a new or torn index
-            header = idx.rebuild(q.index_path, q.dir)
-            index.reopen(q.index_path)
-            return header
-        if header.pending:
-            if header.pending_nonce and (q.dir / header.pending).exists():
-                self.nonces.mark(header.pending_nonce)
-            stale = True
-        else:
-            stale = not header.matches(os.stat(q.dir)) or not _tail_is_sound(index)
-        if stale:
-            header = idx.rebuild(q.index_path, q.dir, floor=header.last)
-            index.reopen(q.index_path)
-        return header
-
-    def _open_index(self, q: _Queue) -> idx.IndexFile:
-        ensure_dir(self.data_dir.indexes)
-        index = idx.IndexFile.open(q.index_path, create=True)
+    def _locked_index(self, files: QueueFiles, *, create_dir: bool) -> idx.IndexFile:
+        """The queue's current index file (lock held), created when missing."""
+        if create_dir:
+            try:
+                _queue_dir_stat(files)
+            except QueueNotFound:
+                if os.path.lexists(files.dir):
+                    raise QueueUnusable(
+                        f"Queue '{files.name}' cannot be used: its path is not a directory "
+                        "of this server's data directory."
+                    ) from None
+                ensure_dir(Path(files.dir))
+        try:
+            on_disk = os.lstat(files.index_path)
+            if S_ISLNK(on_disk.st_mode):  # not ours: never followed, replaced by a rebuild
+                log.warning("%s is a link: removed", files.index_path)
+                os.unlink(files.index_path)
+                raise FileNotFoundError
+            on_disk_ino: int | None = on_disk.st_ino
+        except FileNotFoundError:
+            ensure_dir(self.data_dir.indexes)
+            on_disk_ino = None
+        index = files.index.borrow(create=True)
+        assert index is not None
+        if on_disk_ino is not None and index.ino == on_disk_ino and index.writable:
+            return index
+        # An orphan (deleted or replaced behind our back), or opened read-only while the
+        # volume was: open the path again.
+        files.index.give_back(index)
+        files.index.drop()
+        index = files.index.borrow(create=True)
         assert index is not None
         return index
+
+    def _recover(self, files: QueueFiles, index: idx.IndexFile) -> idx.IndexHeader | None:
+        """Bring the index in line with the directory (queue lock held).
+
+        Returns the new header when the index was rebuilt (the caller must then reopen
+        it), None when it was already sound. ``pending`` seen under the lock: its
+        publisher died mid-group (see ``_finish_dead_group``), then the index is rebuilt
+        from the directory, the truth.
+        """
+        header = index.header()
+        if header is None or header.stale:  # new, torn, or from an older version
+            rebuilt = idx.rebuild(files.index_path, files.dir)
+        elif header.pending:
+            self._finish_dead_group(files, index, header)
+            rebuilt = idx.rebuild(files.index_path, files.dir, floor=header.last)
+        elif not header.matches(os.lstat(files.dir)) or not index.tail_is_sound(header.committed):
+            rebuilt = idx.rebuild(files.index_path, files.dir, floor=header.last)
+        else:
+            return None
+        files.index.drop()
+        return rebuilt
+
+    def _finish_dead_group(
+        self, files: QueueFiles, index: idx.IndexFile, header: idx.IndexHeader
+    ) -> None:
+        """All or nothing for a group whose publisher died before committing it.
+
+        Its names are the pending records. Every one of them in the directory: the
+        group is kept and its nonces marked, so a retry does not store it twice. Only
+        some of them: the ones there are removed, as nobody was answered and nobody
+        could see them; the retry stores the whole group again. (After a power loss the
+        records may not have reached the disk; then whatever is in the directory stays,
+        as it always has.)
+        """
+        names = list(index.iter_from(header.committed, header.committed + header.pending))
+        if len(names) != header.pending or not all(map(is_message_name, names)):
+            self._mark_journal(files, header)
+            return
+        present = [n for n in names if os.path.exists(os.path.join(files.dir, n))]
+        if len(present) == len(names):
+            self._mark_journal(files, header)
+        elif present:
+            for name in present:
+                unlink_quietly(os.path.join(files.dir, name))
+            fsync_dir(files.dir)
+
+    def _mark_journal(self, files: QueueFiles, header: idx.IndexHeader) -> None:
+        """Mark the nonces of the dead group's messages that are in the directory."""
+        if not header.journal:
+            return
+        raw = os.pread(files.journal_fd(), header.journal, 0).decode("ascii", "replace")
+        present = []
+        for line in raw.splitlines():
+            name, _, nonce = line.partition(" ")
+            if nonce and os.path.exists(os.path.join(files.dir, name)):
+                present.append(nonce)
+        self.nonces.mark_many(present)
 
     def rebuild_index(self, queue: str) -> int:
         """Rebuild a queue's index from its directory; claireup calls this after deleting,
         so consumers do not step over deleted names and do not pay for the rebuild."""
-        q = _Queue(self.data_dir, queue)
-        with q.lock(), self._open_index(q) as index:
-            header = self._recover(q, index)
-            idx.rebuild(q.index_path, q.dir, floor=header.last)
-            index.reopen(q.index_path)
-            return index.count()
+        with self._open.use(queue) as files, files.lock:
+            index = self._locked_index(files, create_dir=False)
+            try:
+                rebuilt = self._recover(files, index)
+                if rebuilt is None:  # it agreed with the directory: rebuild anyway
+                    header = index.header()
+                    floor = header.last if header is not None else ""
+                    rebuilt = idx.rebuild(files.index_path, files.dir, floor=floor)
+            finally:
+                files.index.give_back(index)
+            files.index.drop()
+            return rebuilt.committed
 
     # --- fetch -----------------------------------------------------------------------
     def fetch(self, queue: str, after: str = "") -> FetchResult:
         """The first message after ``after`` (clean pointer; "" for the first)."""
-        for name, file in self.iter_after(queue, after, limit=1):
-            return FetchResult(name=name, file=file, size=os.fstat(file.fileno()).st_size)
-        return FetchResult(queue_empty=self._looks_empty(queue, after))
+        with self._open.use(queue) as files:
+            index, header = self._readable_index(files)
+            try:
+                for name, file in self._open_after(files, index, header.committed, after, 1):
+                    return FetchResult(name=name, file=file, size=os.fstat(file.fileno()).st_size)
+                return FetchResult(queue_empty=not after or header.committed == 0)
+            finally:
+                files.index.give_back(index)
 
     def iter_after(self, queue: str, after: str, limit: int) -> Iterator[tuple[str, BinaryIO]]:
         """Up to ``limit`` (name, open file) pairs after ``after``, skipping deleted files.
@@ -201,53 +427,132 @@ class QueueStore:
         A pointer naming a deleted message still finds the next one: the search is by
         order, not by looking the pointer up.
         """
-        q = _Queue(self.data_dir, queue)
-        index = self._current_index(q)
-        with index:
-            count = index.count()
-            position = index.first_after(after, count)
-            yielded = 0
-            for name in index.iter_from(position, count):
-                if yielded >= limit:
-                    return
-                try:
-                    file = open(q.dir / name, "rb")  # noqa: SIM115 - the caller owns it
-                except (FileNotFoundError, ValueError):
-                    continue  # deleted since it was indexed, or a record a power loss zeroed
-                yielded += 1
-                yield name, file
+        with self._open.use(queue) as files:
+            index, header = self._readable_index(files)
+            try:
+                yield from self._open_after(files, index, header.committed, after, limit)
+            finally:
+                files.index.give_back(index)
 
-    def _current_index(self, q: _Queue) -> idx.IndexFile:
-        """An index that agrees with the directory, taking the lock only when it may not."""
-        try:
-            dir_stat = os.stat(q.dir)
-        except FileNotFoundError:
-            raise QueueNotFound(f"Queue '{q.name}' not found.") from None
-        index = idx.IndexFile.open(q.index_path)
-        if index is not None:
+    def _open_after(
+        self,
+        files: QueueFiles,
+        index: idx.IndexFile | idx.ListedIndex,
+        count: int,
+        after: str,
+        limit: int,
+    ) -> Iterator[tuple[str, BinaryIO]]:
+        start = index.first_after(after, count)
+        yielded = 0
+        for position, name in enumerate(index.iter_from(start, count), start):
+            if yielded >= limit:
+                return
+            try:
+                fd = os.open(f"{files.dir}/{name}", _READ_MESSAGE)
+            except (FileNotFoundError, ValueError):
+                continue  # deleted since it was indexed, or a record a power loss zeroed
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                log.warning("queue %s: %s is a link; not served", files.name, name)
+                continue
+            file = os.fdopen(fd, "rb")
+            yielded += 1
+            index.remember(name, position)
+            yield name, file
+
+    def _readable_index(
+        self, files: QueueFiles
+    ) -> tuple[idx.IndexFile | idx.ListedIndex, idx.IndexHeader]:
+        """A borrowed index that agrees with the directory, and its header.
+
+        No lock unless it may not agree: a set ``pending`` is a publish in flight whose
+        names are not visible yet, which is exactly right for a reader, so the index is
+        trusted meanwhile; unless its publisher died (kill -9): then recover now, not at
+        the next publish.
+        """
+        dir_stat = _queue_dir_stat(files)
+        for _ in range(2):
+            index = files.index.borrow()
+            if index is None:
+                break
             header = index.header()
-            # A set ``pending`` is a publish in flight: its message is not indexed yet,
-            # which is exactly right for a reader, so trust the index meanwhile; unless
-            # its publisher died (kill -9): then recover now, not at the next publish.
+            if header is not None and header.stale:
+                files.index.give_back(index)
+                files.index.drop()
+                continue
             if (
                 header is not None
-                and _tail_is_sound(index)
-                and (header.matches(dir_stat) or (header.pending and _lock_is_held(q)))
+                and index.tail_is_sound(header.committed)
+                and (header.matches(dir_stat) or (header.pending and _lock_is_held(files)))
             ):
-                return index
-            index.close()
-        with q.lock(), self._open_index(q) as locked:
-            self._recover(q, locked)
-        index = idx.IndexFile.open(q.index_path)
-        assert index is not None
-        return index
+                return index, header
+            files.index.give_back(index)
+            break
+        try:
+            with files.lock:
+                locked = self._locked_index(files, create_dir=False)
+                try:
+                    self._recover(files, locked)
+                finally:
+                    files.index.give_back(locked)
+                files.index.drop()
+                index = files.index.borrow()
+                assert index is not None
+                header = index.header()
+        except OSError as exc:
+            if exc.errno not in idx.READ_ONLY_ERRORS:
+                raise
+            return self._listed(files, dir_stat)
+        assert header is not None
+        return index, header
 
-    def _looks_empty(self, queue: str, after: str) -> bool:
-        if not after:
-            return True
-        q = _Queue(self.data_dir, queue)
-        with self._current_index(q) as index:
-            return index.count() == 0
+    def _listed(
+        self, files: QueueFiles, dir_stat: os.stat_result
+    ) -> tuple[idx.ListedIndex, idx.IndexHeader]:
+        """The queue listed in memory, on a volume that cannot take the index's repair
+        (a read-only copy): reads go on, in name order, without writing a byte."""
+        listed = files.listed
+        if listed is None or not listed.header().matches(dir_stat):
+            listed = files.listed = idx.ListedIndex(idx.list_queue_names(files.dir), dir_stat)
+        return listed, listed.header()
+
+    def names_after(self, queue: str, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` visible names after ``after``, from the index alone (files are
+        not opened: some may be gone since)."""
+        with self._open.use(queue) as files:
+            index, header = self._readable_index(files)
+            try:
+                start = index.first_after(after, header.committed)
+                return list(itertools.islice(index.iter_from(start, header.committed), limit))
+            finally:
+                files.index.give_back(index)
+
+    def count_after(self, queue: str, after: str) -> int:
+        """Visible names after ``after`` (deleted files included until the next rebuild)."""
+        with self._open.use(queue) as files:
+            index, header = self._readable_index(files)
+            try:
+                return header.committed - index.first_after(after, header.committed)
+            finally:
+                files.index.give_back(index)
+
+    def last_name(self, queue: str) -> str:
+        """The highest visible name ("" for an empty queue)."""
+        with self._open.use(queue) as files:
+            index, header = self._readable_index(files)
+            try:
+                return index.record(header.committed - 1) if header.committed else ""
+            finally:
+                files.index.give_back(index)
+
+    def expiries(self, queue: str, names: Iterable[str]) -> dict[str, float]:
+        """When those of ``names`` that were published with a TTL expire (Unix seconds).
+
+        The queue's expiry file is read incrementally: only what was appended since.
+        """
+        with self._open.use(queue) as files:
+            return files.expiries.lookup(names)
 
     def change_token(self, queue: str) -> tuple[int, int, int]:
         """Changes whenever the queue's index does (a publish, a rebuild): for waiters."""
@@ -256,21 +561,44 @@ class QueueStore:
 
     def depth(self, queue: str) -> int:
         """Indexed names (may include messages deleted since the last rebuild)."""
-        with self._current_index(_Queue(self.data_dir, queue)) as index:
-            return index.count()
+        with self._open.use(queue) as files:
+            index, header = self._readable_index(files)
+            files.index.give_back(index)
+            return header.committed
 
 
-def _lock_is_held(q: _Queue) -> bool:
-    """Whether a publisher holds the queue lock now (a kill -9 releases it)."""
-    lock = q.lock()
-    if not lock.try_acquire():
-        return True
-    lock.release()
+def _queue_dir_stat(files: QueueFiles) -> os.stat_result:
+    """The queue directory's own stat: a link planted in queues/ is no queue of ours
+    (it would read and write outside the data directory)."""
+    try:
+        stat = os.lstat(files.dir)
+    except FileNotFoundError:
+        raise QueueNotFound(f"Queue '{files.name}' not found.") from None
+    if not S_ISDIR(stat.st_mode):
+        log.warning("queues/%s is not a directory (a link?): not served", files.name)
+        raise QueueNotFound(f"Queue '{files.name}' not found.")
+    return stat
+
+
+def _take_group(waiting: list[_Submission]) -> list[_Submission]:
+    """The submissions the next commit covers, in arrival order, within the group cap."""
+    group, size = [], 0
+    while waiting and (not group or size + len(waiting[0].messages) <= MAX_GROUP_MESSAGES):
+        submission = waiting.pop(0)
+        group.append(submission)
+        size += len(submission.messages)
+    return group
+
+
+def _lock_is_held(files: QueueFiles) -> bool:
+    """Whether a publisher holds the queue lock now (a kill -9 releases it). On a volume
+    that cannot be written nobody can be publishing."""
+    try:
+        if not files.lock.try_acquire():
+            return True
+    except OSError as exc:
+        if exc.errno in idx.READ_ONLY_ERRORS:
+            return False
+        raise
+    files.lock.release()
     return False
-
-
-def _tail_is_sound(index: idx.IndexFile) -> bool:
-    """False when the index ends in something that is no name: after a power loss an
-    appended record's size can reach the disk without its bytes (zeros)."""
-    last = index.last_record()
-    return not last or is_message_name(last)

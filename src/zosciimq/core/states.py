@@ -19,9 +19,24 @@ STORE_TARGET = "store"
 
 
 def state_path(data_dir: DataDir, source_queue: str, target_queue: str | None) -> Path:
-    sq = _UNSAFE.sub("", source_queue)
-    tq = _UNSAFE.sub("", target_queue) if target_queue else STORE_TARGET
-    return data_dir.states / f"replikate_state_{sq}_{tq}.txt"
+    """The pointer file of replicating ``source_queue`` into ``target_queue`` (None: the
+    store), named as the original names it (unsafe characters become ``_``).
+
+    The original keeps the letter case of the queue names it was given, so when this
+    file does not exist but one differing only in case does, that one is it: a
+    replicator taking over from the original carries on where it stopped.
+    """
+    sq = _UNSAFE.sub("_", source_queue)
+    tq = _UNSAFE.sub("_", target_queue) if target_queue else STORE_TARGET
+    ours = data_dir.states / f"replikate_state_{sq}_{tq}.txt"
+    if ours.exists():
+        return ours
+    try:
+        wanted = ours.name.lower()
+        others = [p for p in data_dir.states.iterdir() if p.name.lower() == wanted]
+    except FileNotFoundError:
+        return ours
+    return others[0] if len(others) == 1 else ours
 
 
 def iter_state_files(data_dir: DataDir) -> Iterator[tuple[str, Path]]:

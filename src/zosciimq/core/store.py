@@ -9,19 +9,20 @@ identify, which renames them without the suffix.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from zosciimq.core import walk
 from zosciimq.core.durable import ensure_dir, fsync_dir, raise_if_full, unlink_quietly
 from zosciimq.core.errors import MessageNotFound
 from zosciimq.core.layout import DataDir
-from zosciimq.core.names import MessageName, is_message_name, new_name, parse_name
+from zosciimq.core.names import MessageName, new_name, parse_name
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.queues import utc_now
-from zosciimq.core.upload import Upload
+from zosciimq.core.upload import Upload, sync_uploads
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,34 @@ class DataStore:
         False, writing nothing, when the name or its identified/unidentified twin exists:
         so a replicator that repeats a message after a crash stores it once.
         """
-        if self.exists(name):
-            return False
-        upload.sync()
-        self._commit(upload, name)
-        return True
+        return self.put_many([(upload, name)])[0]
+
+    def put_many(self, items: Sequence[tuple[Upload, MessageName]]) -> list[bool]:
+        """``put`` for several messages with one flush of their contents and one fsync
+        per directory touched: what a replicator's batch needs. True for each one
+        written; on an error the ones renamed so far stay (each is whole and durable
+        once its directory is fsynced, which happens before the error is raised)."""
+        sync_uploads([upload for upload, _ in items])
+        written: list[bool] = []
+        touched: set[Path] = set()
+        try:
+            for upload, name in items:
+                if self.exists(name):
+                    written.append(False)
+                    continue
+                target = self.path_of(name)
+                ensure_dir(target.parent)
+                os.rename(upload.temp_path, target)
+                upload.mark_committed()
+                touched.add(target.parent)
+                written.append(True)
+        except OSError as exc:
+            raise_if_full(exc)
+            raise
+        finally:
+            for directory in touched:
+                fsync_dir(directory)
+        return written
 
     def exists(self, name: MessageName) -> bool:
         return (
@@ -127,13 +151,9 @@ class DataStore:
 
     def iter_files(self) -> Iterator[tuple[Path, str]]:
         """(path, name) of every well-formed message file under store/."""
-        for level1 in _subdirs(self.data_dir.store):
-            for level2 in _subdirs(level1):
-                for level3 in _subdirs(level2):
-                    with os.scandir(level3) as entries:
-                        for entry in entries:
-                            if entry.name.endswith(".bin") and is_message_name(entry.name):
-                                yield Path(entry.path), entry.name
+        for found in walk.iter_store_files(self.data_dir):
+            if found.kind is walk.Kind.MESSAGE:
+                yield Path(found.path), found.name
 
 
 def fanout_roots(data_dir: DataDir) -> list[Path]:
@@ -143,24 +163,6 @@ def fanout_roots(data_dir: DataDir) -> list[Path]:
     scanner (statissa's Spark job) lists only these and walks each one elsewhere.
     """
     return _subdirs(data_dir.store)
-
-
-def iter_fanout_entries(root: Path) -> Iterator[os.DirEntry[str]]:
-    """Every file entry in the level-3 directories below one ``fanout_roots`` directory.
-
-    Yields raw directory entries (names not yet validated) so a caller can take sizes
-    from them and count malformed names instead of silently skipping them.
-    """
-    for level2 in _subdirs(root):
-        for level3 in _subdirs(level2):
-            try:
-                entries = os.scandir(level3)
-            except FileNotFoundError:
-                continue  # removed while walking
-            with entries:
-                for entry in entries:
-                    if entry.is_file(follow_symlinks=False):
-                        yield entry
 
 
 def _subdirs(path: Path) -> list[Path]:

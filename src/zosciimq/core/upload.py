@@ -10,69 +10,79 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from zosciimq.core.durable import fsync_dir, raise_if_full, unlink_quietly
+from zosciimq.core.durable import fsync_dir, raise_if_full, sync_files, unlink_quietly
 from zosciimq.core.errors import TooLarge
 from zosciimq.core.layout import DataDir
 
 TEMP_SUFFIX = ".part"
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Upload:
-    def __init__(self, data_dir: DataDir, max_bytes: int | None = None) -> None:
+    __slots__ = ("_committed", "_fd", "_synced", "max_bytes", "size", "temp_path")
+
+    def __init__(
+        self, data_dir: DataDir, max_bytes: int | None = None, *, prefix: str = ""
+    ) -> None:
+        """``prefix`` names the owner (a replication job), so the temp files of a killed
+        owner can be found and removed (``remove_uploads``) without touching others'."""
         self.max_bytes = max_bytes
         self.size = 0
-        self.path: Path = data_dir.temp / f"{uuid.uuid4().hex}{TEMP_SUFFIX}"
+        temp = data_dir.temp_str
+        self.temp_path = f"{temp}/{prefix}{uuid.uuid4().hex}{TEMP_SUFFIX}"
         self._committed = False
         self._synced = False
         try:
-            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            self._fd: int | None = os.open(self.temp_path, _CREATE, 0o644)
         except FileNotFoundError:
-            data_dir.temp.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.makedirs(temp, exist_ok=True)
+            self._fd = os.open(self.temp_path, _CREATE, 0o644)
 
-    def write(self, chunk: bytes | memoryview) -> None:
+    @property
+    def path(self) -> Path:
+        return Path(self.temp_path)
+
+    def write(self, chunk: bytes | bytearray | memoryview) -> None:
         if self._fd is None:
             raise ValueError("upload already finished")
         if self.max_bytes is not None and self.size + len(chunk) > self.max_bytes:
             raise TooLarge(f"Message larger than the maximum of {self.max_bytes} bytes.")
-        view = memoryview(chunk)
         try:
-            while view:
-                view = view[os.write(self._fd, view) :]
+            written = os.write(self._fd, chunk)
+            if written < len(chunk):  # rare: a signal, or a pipe-like file system
+                view = memoryview(chunk)[written:]
+                while view:
+                    view = view[os.write(self._fd, view) :]
         except OSError as exc:
             raise_if_full(exc)
             raise
         self.size += len(chunk)
 
     def sync(self) -> None:
-        """fsync the content; done before any lock is taken, as it is the slow part."""
-        if self._fd is None or self._synced:
-            return
-        try:
-            os.fsync(self._fd)
-        except OSError as exc:
-            raise_if_full(exc)
-            raise
-        os.close(self._fd)
-        self._fd = None
-        self._synced = True
+        """Flush the content; done before any lock is taken, as it is the slow part."""
+        sync_uploads((self,))
 
-    def commit(self, final_path: Path) -> None:
+    def commit(self, final_path: str | os.PathLike[str]) -> None:
         """Rename into place and fsync the directory: after this the message is durable."""
         self.sync()
-        os.rename(self.path, final_path)
+        os.rename(self.temp_path, final_path)
         self._committed = True
-        fsync_dir(final_path.parent)
+        fsync_dir(os.path.dirname(os.fspath(final_path)))
+
+    def mark_committed(self) -> None:
+        """Its file was renamed into place by the caller (a queue's group commit)."""
+        self._committed = True
 
     def discard(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
         if not self._committed:
-            unlink_quietly(self.path)
+            unlink_quietly(self.temp_path)
 
     def __enter__(self) -> Upload:
         return self
@@ -84,3 +94,39 @@ class Upload:
         tb: TracebackType | None,
     ) -> None:
         self.discard()
+
+
+def sync_uploads(uploads: Sequence[Upload]) -> None:
+    """Make the content of every upload durable and close it: a batch flushes together."""
+    waiting = [u for u in uploads if not u._synced and u._fd is not None]
+    try:
+        sync_files([u._fd for u in waiting if u._fd is not None])
+    except OSError as exc:
+        raise_if_full(exc)
+        raise
+    for upload in waiting:
+        if upload._fd is not None:
+            os.close(upload._fd)
+        upload._fd = None
+        upload._synced = True
+
+
+def remove_uploads(data_dir: DataDir, prefix: str) -> int:
+    """Remove the temp files named with ``prefix`` (whose owner is known to be gone or
+    idle); how many were removed. Links and directories are left alone."""
+    removed = 0
+    try:
+        entries = os.scandir(data_dir.temp)
+    except FileNotFoundError:
+        return 0
+    with entries:
+        for entry in entries:
+            if (
+                prefix
+                and entry.name.startswith(prefix)
+                and entry.name.endswith(TEMP_SUFFIX)
+                and entry.is_file(follow_symlinks=False)
+            ):
+                unlink_quietly(entry.path)
+                removed += 1
+    return removed

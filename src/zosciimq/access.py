@@ -1,0 +1,168 @@
+"""Access control: off by default (as the original), one setting away.
+
+Clients are declared in TOML (``ZOSCII_AUTH_FILE``, or the same text in
+``ZOSCII_AUTH_CLIENTS``)::
+
+    [[clients]]
+    name = "partner-a"                 # for logs and metrics, never the secret
+    token_sha256 = "9f86d0..."         # sha256 hex of the bearer token (or Basic password)
+    username = "partner-a"             # optional: also accept HTTP Basic for old clients
+    read = ["outbox_a"]                # queues it may fetch (fnmatch patterns)
+    write = ["inbox_a"]                # queues it may publish to
+    actions = ["store", "retrieve"]    # store, retrieve, scan, identify, metrics
+
+Only hashes are kept; a presented secret is hashed and compared with every client's
+hash in constant time, so neither timing nor an early exit tells which part matched.
+Tokens must be long random strings (``openssl rand -hex 32``): a fast hash is right for
+those and wrong for human passwords, which is why Basic takes the same tokens.
+
+Shared by every service that admits clients: the api (HTTP ``Authorization``) and the
+PHPMQ gateway (a bearer token in the first message of a connection) read the same
+clients from the same variables. ``zoscii_api.auth`` re-exports this module.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from zosciimq.errors import Forbidden, Unauthenticated
+from zosciimq.settings import SettingsError
+
+__all__ = [
+    "READ_ACTIONS",
+    "STORE_ACTIONS",
+    "AccessControl",
+    "Client",
+    "Forbidden",
+    "Unauthenticated",
+    "load_access_control",
+    "parse_clients",
+]
+
+STORE_ACTIONS = frozenset({"store", "retrieve", "scan", "identify", "metrics"})
+# Reading a queue: by pointer, or through a consumer group.
+READ_ACTIONS = frozenset({"fetch", "consume", "ack", "requeue", "deadletter", "extend"})
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str
+    token_sha256: bytes
+    username: str | None = None
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    actions: frozenset[str] = frozenset()
+
+    def may(self, action: str, queue: str | None) -> bool:
+        if action == "publish":
+            return queue is not None and any(fnmatchcase(queue, p) for p in self.write)
+        if action in READ_ACTIONS:
+            return queue is not None and any(fnmatchcase(queue, p) for p in self.read)
+        return action in self.actions
+
+
+class AccessControl:
+    def __init__(self, clients: list[Client]) -> None:
+        self.clients = clients
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.clients)
+
+    def authenticate(self, authorization: str | None) -> Client | None:
+        """The client the Authorization header proves, or None when access control is off."""
+        if not self.enabled:
+            return None
+        username, secret = _credentials(authorization)
+        digest = hashlib.sha256(secret.encode()).digest()
+        found = None
+        for client in self.clients:  # no early exit: every comparison runs
+            same_secret = hmac.compare_digest(digest, client.token_sha256)
+            same_user = username is None or username == client.username
+            if same_secret and same_user and found is None:
+                found = client
+        if found is None:
+            raise Unauthenticated("Authentication required.")
+        return found
+
+    def authorize(self, client: Client | None, action: str, queue: str | None = None) -> None:
+        if client is None:
+            return
+        if not client.may(action, queue):
+            target = f" on queue '{queue}'" if queue else ""
+            raise Forbidden(f"Not allowed to {action}{target}.")
+
+
+def _credentials(authorization: str | None) -> tuple[str | None, str]:
+    if not authorization:
+        raise Unauthenticated("Authentication required.")
+    scheme, _, value = authorization.partition(" ")
+    scheme, value = scheme.lower(), value.strip()
+    if scheme == "bearer" and value:
+        return None, value
+    if scheme == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise Unauthenticated("Malformed Basic credentials.") from None
+        username, colon, password = decoded.partition(":")
+        if colon and username and password:
+            return username, password
+    raise Unauthenticated("Authentication required.")
+
+
+def load_access_control(env: Mapping[str, str]) -> AccessControl:
+    """Read clients from ZOSCII_AUTH_FILE or ZOSCII_AUTH_CLIENTS; neither: access is open."""
+    path, inline = env.get("ZOSCII_AUTH_FILE", "").strip(), env.get("ZOSCII_AUTH_CLIENTS", "")
+    if path and inline.strip():
+        raise SettingsError("set ZOSCII_AUTH_FILE or ZOSCII_AUTH_CLIENTS, not both")
+    if path:
+        try:
+            text = Path(path).read_text("utf-8")
+        except OSError as exc:
+            raise SettingsError(f"ZOSCII_AUTH_FILE={path}: {exc.strerror}") from None
+    elif inline.strip():
+        text = inline
+    else:
+        return AccessControl([])
+    return AccessControl(parse_clients(text))
+
+
+def parse_clients(text: str) -> list[Client]:
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"access control file: {exc}") from None
+    clients = []
+    for number, entry in enumerate(document.get("clients", []), start=1):
+        where = f"access control client #{number}"
+        try:
+            token = bytes.fromhex(entry["token_sha256"])
+        except (KeyError, ValueError, TypeError):
+            raise SettingsError(f"{where}: token_sha256 must be 64 hex digits") from None
+        if len(token) != 32:
+            raise SettingsError(f"{where}: token_sha256 must be 64 hex digits")
+        actions = frozenset(entry.get("actions", []))
+        if not actions <= STORE_ACTIONS:
+            raise SettingsError(f"{where}: unknown actions {sorted(actions - STORE_ACTIONS)}")
+        clients.append(
+            Client(
+                name=str(entry.get("name", f"client-{number}")),
+                token_sha256=token,
+                username=entry.get("username"),
+                read=tuple(entry.get("read", [])),
+                write=tuple(entry.get("write", [])),
+                actions=actions,
+            )
+        )
+    if not clients:
+        raise SettingsError("access control file declares no [[clients]]")
+    return clients

@@ -1,0 +1,605 @@
+"""Consumer groups: a queue shared by competing consumers, each message to one at a time.
+
+A pointer reader follows a queue alone. A group is many consumers that split it: each
+message is leased to one consumer for a while; it is acked (done for the group),
+requeued (behind the messages waiting at that moment, as PHPMQ's "pop from queue,
+append to queue"), dead-lettered (copied to the group's dead-letter queue, see
+``dead_letter_queue``), or its lease runs out and it is delivered again. After
+``max_deliveries`` deliveries, or past its TTL, it goes to the dead letters by itself.
+Groups are independent of each other and of pointer readers: they only read the queue.
+
+State: one append-only log per group (``.zoscii/groups/<queue>/<group>.log``), every
+line checksummed, written under the group's lock file (an fcntl lock: shared by every
+worker and container on the volume). Each process replays it into memory and reads
+only what others appended since. A line about an ack, a requeue or a dead letter is
+flushed before the answer: an ack that was answered is never lost. A delivery is
+written before it is answered but not flushed: after a power loss it may be delivered
+again, which leases allow anyway (at least once). The log is rewritten as a snapshot
+when it has grown well past the state it describes.
+
+Receipts (``<name>:<token>``) fence the work: only the holder of the current delivery
+of a message can ack, requeue or dead-letter it; a receipt whose lease went to another
+consumer is refused (``Fenced``), never applied to the new delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from zosciimq.core.durable import ensure_dir, raise_if_full
+from zosciimq.core.errors import InvalidInput, QueueNotFound
+from zosciimq.core.layout import DataDir, leftover_path
+from zosciimq.core.locking import FileLock
+from zosciimq.core.names import MAX_TOKEN_LENGTH, clean_queue
+from zosciimq.core.queues import Outgoing, QueueStore
+from zosciimq.core.upload import Upload
+from zosciimq.errors import Fenced
+
+log = logging.getLogger("zosciimq.core.groups")
+
+DEFAULT_MAX_DELIVERIES = 5
+DEAD_SUFFIX = "--dead"
+RECENT_ACKS = 10_000  # receipts remembered so a repeated ack is answered as the first one
+COMPACT_AFTER_LINES = 20_000
+_CONSUMER = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass
+class Delivery:
+    """A message leased to a consumer; the caller closes ``file``."""
+
+    name: str
+    receipt: str
+    file: BinaryIO
+    size: int
+    deliveries: int  # 1 the first time
+    lease_until: float  # Unix seconds
+    ttl_left: float | None  # seconds, None: no TTL
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one receipt: ``ok``, or why not (``fenced``, ``unknown``)."""
+
+    receipt: str
+    result: str
+    name: str = ""
+
+
+@dataclass
+class _Open:
+    """A message delivered at least once and not finished (acked or dead-lettered)."""
+
+    name: str
+    token: str = ""  # the current delivery; "" while it waits (requeued or expired)
+    deliveries: int = 0
+    lease_until: float = 0.0
+    available_at: float = 0.0  # a requeue's delay
+    behind: str = ""  # requeued: deliverable once the frontier passed this name
+    expires_at: float | None = None  # a requeue's new TTL; else the message's own
+    consumer: str = "-"
+
+
+@dataclass
+class GroupStats:
+    waiting: int  # not delivered yet, or back for another delivery
+    leased: int
+    acked: int  # totals since the group began
+    redelivered: int
+    dead_lettered: int
+    oldest_unacked: str | None  # the name (its time is the age)
+
+
+@dataclass
+class _State:
+    frontier: str = ""  # the highest name ever delivered: everything after is new
+    open: dict[str, _Open] = field(default_factory=dict)
+    acked: int = 0
+    redelivered: int = 0
+    dead: int = 0
+    recent: OrderedDict[str, None] = field(default_factory=OrderedDict)  # acked receipts
+    ino: int = 0
+    offset: int = 0
+    lines: int = 0
+
+    def reset(self, ino: int = 0) -> None:
+        """Forget everything: the log is read again from its start."""
+        self.__init__(ino=ino)  # type: ignore[misc]
+
+    def remember_ack(self, receipt: str) -> None:
+        self.recent[receipt] = None
+        while len(self.recent) > RECENT_ACKS:
+            self.recent.popitem(last=False)
+
+
+def clean_group(raw: str | None) -> str:
+    """A group name: the rules of a queue name (it becomes part of file names)."""
+    if not raw:
+        raise InvalidInput("Missing consumer group (group).")
+    try:
+        return clean_queue(raw)
+    except InvalidInput:
+        raise InvalidInput(
+            f"Invalid group '{raw[:100]}': use 1 to {MAX_TOKEN_LENGTH} of a-z 0-9 _ -."
+        ) from None
+
+
+def dead_letter_queue(queue: str, group: str) -> str:
+    """Where a group's dead letters go: a queue of their own, fetched, consumed and
+    replayed like any other."""
+    name = f"{queue}--{group}{DEAD_SUFFIX}"
+    if len(name) > MAX_TOKEN_LENGTH:
+        raise InvalidInput(f"Queue and group names too long for a dead-letter queue: {name}.")
+    return name
+
+
+def parse_receipt(receipt: str) -> tuple[str, str]:
+    name, sep, token = receipt.partition(":")
+    if not sep or not token.isalnum() or len(name) > 80:
+        raise InvalidInput(f"Invalid receipt '{receipt[:120]}'.")
+    return name, token
+
+
+class ConsumerGroups:
+    def __init__(
+        self,
+        data_dir: DataDir,
+        queues: QueueStore,
+        *,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.data_dir = data_dir
+        self.queues = queues
+        self.max_deliveries = max_deliveries
+        self.clock = clock
+        self._states: dict[tuple[str, str], _State] = {}
+        self._mutex = threading.Lock()
+
+    # --- the operations -------------------------------------------------------------------
+    def consume(
+        self, queue: str, group: str, *, count: int, lease: float, consumer: str = "-"
+    ) -> list[Delivery]:
+        """Lease up to ``count`` messages: redeliveries first, then new ones in name
+        order, then requeued ones whose turn came. Expired or worn-out messages found on
+        the way go to the dead letters."""
+        deliveries: list[Delivery] = []
+        with self._locked(queue, group) as (state, writer):
+            now = self.clock()
+            for name, entry, expires_at in self._candidates(queue, state, now, count):
+                if len(deliveries) >= count:
+                    break
+                delivery = self._lease(
+                    queue, group, state, writer, name, entry, expires_at, now, lease, consumer
+                )
+                if delivery is not None:
+                    deliveries.append(delivery)
+        return deliveries
+
+    def ack(self, queue: str, group: str, receipts: Sequence[str]) -> list[Outcome]:
+        """Finish each receipt's message for the group. Repeating an ack that succeeded
+        answers ``ok`` again (a retry after a lost reply)."""
+        outcomes = []
+        with self._locked(queue, group) as (state, writer):
+            for receipt in receipts:
+                name, token = parse_receipt(receipt)
+                entry = state.open.get(name)
+                if entry is not None and entry.token == token:
+                    del state.open[name]
+                    state.acked += 1
+                    state.remember_ack(receipt)
+                    writer.line("A", name, token)
+                    outcomes.append(Outcome(receipt, "ok", name))
+                elif receipt in state.recent:
+                    outcomes.append(Outcome(receipt, "ok", name))
+                else:
+                    outcomes.append(Outcome(receipt, _why_not(entry), name))
+            writer.flush(sync=True)
+        return outcomes
+
+    def requeue(
+        self,
+        queue: str,
+        group: str,
+        receipts: Sequence[str],
+        *,
+        delay: float = 0.0,
+        ttl: float | None = None,
+    ) -> list[Outcome]:
+        """End the lease now; the message waits ``delay`` seconds and its turn behind the
+        messages waiting now. ``ttl``: a new time to live from now (0: none)."""
+        outcomes = []
+        with self._locked(queue, group) as (state, writer):
+            now = self.clock()
+            behind = self._queue_end(queue)
+            for receipt in receipts:
+                name, token = parse_receipt(receipt)
+                entry = state.open.get(name)
+                if entry is None or entry.token != token:
+                    outcomes.append(Outcome(receipt, _why_not(entry), name))
+                    continue
+                entry.token, entry.lease_until = "", 0.0
+                entry.available_at = now + max(0.0, delay)
+                entry.behind = behind
+                if ttl is not None:
+                    entry.expires_at = now + ttl if ttl > 0 else None
+                writer.line(
+                    "Q",
+                    name,
+                    token,
+                    _ms(entry.available_at),
+                    behind or "-",
+                    _ms_or(entry.expires_at),
+                )
+                outcomes.append(Outcome(receipt, "ok", name))
+            writer.flush(sync=True)
+        return outcomes
+
+    def dead_letter(
+        self, queue: str, group: str, receipts: Sequence[str], *, reason: str = "rejected"
+    ) -> list[Outcome]:
+        """Move each receipt's message out of the group's way into its dead letters."""
+        outcomes = []
+        with self._locked(queue, group) as (state, writer):
+            for receipt in receipts:
+                name, token = parse_receipt(receipt)
+                entry = state.open.get(name)
+                if entry is None or entry.token != token:
+                    outcomes.append(Outcome(receipt, _why_not(entry), name))
+                    continue
+                self._bury(queue, group, state, writer, name, reason)
+                outcomes.append(Outcome(receipt, "ok", name))
+            writer.flush(sync=True)
+        return outcomes
+
+    def extend(self, queue: str, group: str, receipt: str, lease: float) -> float:
+        """Give the holder of ``receipt`` ``lease`` more seconds from now: long work."""
+        with self._locked(queue, group) as (state, writer):
+            name, token = parse_receipt(receipt)
+            entry = state.open.get(name)
+            if entry is None or entry.token != token:
+                raise Fenced(f"Receipt no longer holds {name}: {_why_not(entry)}.")
+            entry.lease_until = self.clock() + lease
+            writer.line("L", name, token, _ms(entry.lease_until))
+            writer.flush(sync=True)
+            return entry.lease_until
+
+    def stats(self, queue: str, group: str) -> GroupStats:
+        with self._locked(queue, group, write=False) as (state, _):
+            now = self.clock()
+            leased = sum(1 for e in state.open.values() if e.token and e.lease_until > now)
+            new = self.queues.count_after(queue, state.frontier)
+            oldest = min(state.open, default=None)
+            if oldest is None:
+                first = self.queues.names_after(queue, state.frontier, 1)
+                oldest = first[0] if first else None
+            return GroupStats(
+                waiting=len(state.open) - leased + new,
+                leased=leased,
+                acked=state.acked,
+                redelivered=state.redelivered,
+                dead_lettered=state.dead,
+                oldest_unacked=oldest,
+            )
+
+    def groups_of(self, queue: str) -> list[str]:
+        try:
+            return sorted(
+                p.name.removesuffix(".log")
+                for p in (self.data_dir.groups / queue).iterdir()
+                if p.name.endswith(".log")
+            )
+        except FileNotFoundError:
+            return []
+
+    # --- choosing and leasing ----------------------------------------------------------------
+    def _candidates(
+        self, queue: str, state: _State, now: float, count: int
+    ) -> Iterator[tuple[str, _Open | None, float | None]]:
+        """Messages that may be delivered now, in the order they should be, with their
+        expiry: expired leases (redeliveries), then new messages, then requeued ones
+        once the messages that were waiting when they were requeued have gone."""
+        for entry in sorted(state.open.values(), key=lambda e: e.name):
+            if entry.token and entry.lease_until <= now:
+                yield entry.name, entry, entry.expires_at
+        limit = count * 2 + 16  # room for those dead-lettered on the way
+        fresh = self.queues.names_after(queue, state.frontier, limit)
+        expiries = self.queues.expiries(queue, fresh) if fresh else {}
+        # Requeued ones ready by time, each in line behind the name that ended the queue
+        # when it was requeued ("pop from queue, append to queue").
+        requeued = sorted(
+            (e for e in state.open.values() if not e.token and e.available_at <= now),
+            key=lambda e: (e.behind, e.available_at, e.name),
+        )
+        turn = 0
+        for name in fresh:
+            while turn < len(requeued) and requeued[turn].behind < name:
+                entry = requeued[turn]
+                yield entry.name, entry, entry.expires_at
+                turn += 1
+            yield name, None, expiries.get(name)
+        if len(fresh) < limit:  # the queue's end was reached: everyone's turn came
+            for entry in requeued[turn:]:
+                yield entry.name, entry, entry.expires_at
+
+    def _lease(
+        self,
+        queue: str,
+        group: str,
+        state: _State,
+        writer: _LogWriter,
+        name: str,
+        entry: _Open | None,
+        expires_at: float | None,
+        now: float,
+        lease: float,
+        consumer: str,
+    ) -> Delivery | None:
+        if entry is None:
+            if name <= state.frontier:
+                return None  # delivered before, and finished
+            entry = state.open[name] = _Open(name, expires_at=expires_at)
+            state.frontier = name
+        if expires_at is not None and expires_at <= now:
+            self._bury(queue, group, state, writer, name, "ttl")
+            return None
+        if entry.deliveries >= self.max_deliveries:
+            self._bury(queue, group, state, writer, name, "max_deliveries")
+            return None
+        try:
+            fd = os.open(
+                os.path.join(self.data_dir.queue_dir(queue), name),
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+            )
+        except FileNotFoundError:  # deleted by retention meanwhile: nothing to deliver
+            del state.open[name]
+            writer.line("G", name)
+            return None
+        if entry.deliveries:
+            state.redelivered += 1
+        if not _CONSUMER.fullmatch(consumer):
+            consumer = "-"
+        entry.deliveries += 1
+        entry.token = secrets.token_hex(16)
+        entry.lease_until = now + lease
+        entry.available_at, entry.behind, entry.consumer = 0.0, "", consumer
+        writer.line(
+            "D",
+            name,
+            entry.token,
+            _ms(entry.lease_until),
+            str(entry.deliveries),
+            _ms_or(expires_at),
+            consumer,
+        )
+        return Delivery(
+            name=name,
+            receipt=f"{name}:{entry.token}",
+            file=os.fdopen(fd, "rb"),
+            size=os.fstat(fd).st_size,
+            deliveries=entry.deliveries,
+            lease_until=entry.lease_until,
+            ttl_left=None if expires_at is None else max(0.0, expires_at - now),
+        )
+
+    def _bury(
+        self, queue: str, group: str, state: _State, writer: _LogWriter, name: str, reason: str
+    ) -> None:
+        """Copy the message into the dead letters (durably), then mark it done here."""
+        target = dead_letter_queue(queue, group)
+        source = os.path.join(self.data_dir.queue_dir(queue), name)
+        upload = Upload(self.data_dir)
+        try:
+            try:
+                with open(source, "rb") as file:  # a copy: the queue keeps its message
+                    while chunk := file.read(1 << 20):
+                        upload.write(chunk)
+            except FileNotFoundError:
+                upload.discard()
+                state.open.pop(name, None)
+                writer.line("G", name)
+                return
+            retention = int(name[19:23])
+            self.queues.publish_many(target, [Outgoing(upload, retention)])
+        finally:
+            upload.discard()
+        state.open.pop(name, None)
+        state.dead += 1
+        writer.line("X", name, reason)
+        writer.must_sync = True
+        log.info("%s/%s: %s dead-lettered into %s (%s)", queue, group, name, target, reason)
+
+    def _queue_end(self, queue: str) -> str:
+        """The last name of the queue now (a requeued message waits behind it)."""
+        return self.queues.last_name(queue)
+
+    # --- the log --------------------------------------------------------------------------------
+    @contextmanager
+    def _locked(
+        self, queue: str, group: str, *, write: bool = True
+    ) -> Iterator[tuple[_State, _LogWriter]]:
+        queue, group = clean_queue(queue), clean_group(group)
+        if not os.path.isdir(self.data_dir.queue_dir(queue)):
+            raise QueueNotFound(f"Queue '{queue}' not found.")
+        path = str(self.data_dir.group_log_path(queue, group))
+        with FileLock(self.data_dir.group_lock_path(queue, group)):
+            key = (queue, group)
+            with self._mutex:
+                state = self._states.setdefault(key, _State())
+            writer = _LogWriter(path, write)
+            try:
+                _replay(path, state)
+                yield state, writer
+                writer.flush(sync=writer.must_sync)
+                state.offset = writer.offset_after(state.offset)
+                state.lines += writer.written
+                snapshot = 1 + len(state.open) + len(state.recent)
+                if state.lines > max(COMPACT_AFTER_LINES, 2 * snapshot):
+                    _compact(path, state)
+            except OSError as exc:
+                state.ino = 0  # read it all again next time: what reached the file is unsure
+                raise_if_full(exc)
+                raise
+            finally:
+                writer.close()
+
+
+class _LogWriter:
+    """Lines of one operation, written together at the end (one write, one flush)."""
+
+    def __init__(self, path: str, enabled: bool) -> None:
+        self.path, self.enabled = path, enabled
+        self.pending: list[str] = []
+        self.written = 0
+        self.bytes = 0
+        self.must_sync = False
+
+    def line(self, *fields: str) -> None:
+        text = " ".join(fields)
+        self.pending.append(f"{text} {zlib.crc32(text.encode()):08x}\n")
+
+    def flush(self, *, sync: bool) -> None:
+        if not self.pending or not self.enabled:
+            return
+        data = "".join(self.pending).encode("ascii")
+        self.pending.clear()
+        ensure_dir(os.path.dirname(self.path))
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, data)
+            if sync:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        self.written += data.count(b"\n")
+        self.bytes += len(data)
+
+    def offset_after(self, offset: int) -> int:
+        return offset + self.bytes
+
+    def close(self) -> None:
+        self.pending.clear()
+
+
+def _replay(path: str, state: _State) -> None:
+    """Bring ``state`` up to the end of the log (group lock held)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        state.reset()
+        return
+    try:
+        stat = os.fstat(fd)
+        if stat.st_ino != state.ino or stat.st_size < state.offset:
+            state.reset(stat.st_ino)
+        data = b""
+        while chunk := os.pread(fd, 1 << 20, state.offset + len(data)):
+            data += chunk
+    finally:
+        os.close(fd)
+    good = 0
+    for raw in data.split(b"\n")[:-1]:
+        text, _, crc = raw.decode("ascii", "replace").rpartition(" ")
+        if not text or crc != f"{zlib.crc32(text.encode()):08x}":
+            log.warning("%s: a torn line at %d; the rest is ignored", path, state.offset + good)
+            break
+        _apply(state, text.split(" "))
+        good += len(raw) + 1
+        state.lines += 1
+    state.offset += good
+    if good != len(data):  # cut the torn tail, so the next line starts clean
+        os.truncate(path, state.offset)
+
+
+def _apply(state: _State, fields: list[str]) -> None:
+    op, name = fields[0], fields[1] if len(fields) > 1 else ""
+    if op == "D":
+        token, lease_ms, count, expires = fields[2], fields[3], fields[4], fields[5]
+        entry = state.open.setdefault(name, _Open(name))
+        if entry.deliveries and int(count) > entry.deliveries:
+            state.redelivered += 1
+        entry.token, entry.lease_until, entry.deliveries = token, int(lease_ms) / 1000, int(count)
+        entry.available_at, entry.behind = 0.0, ""
+        entry.expires_at = None if expires == "-" else int(expires) / 1000
+        entry.consumer = fields[6] if len(fields) > 6 else "-"
+        state.frontier = max(state.frontier, name)
+    elif op == "A":
+        state.open.pop(name, None)
+        state.acked += 1
+        state.remember_ack(f"{name}:{fields[2]}")
+    elif op == "Q":
+        entry = state.open.setdefault(name, _Open(name))
+        entry.token, entry.lease_until = "", 0.0
+        entry.available_at = int(fields[3]) / 1000
+        entry.behind = "" if fields[4] == "-" else fields[4]
+        entry.expires_at = None if fields[5] == "-" else int(fields[5]) / 1000
+    elif op == "X":
+        state.open.pop(name, None)
+        state.dead += 1
+    elif op == "G":
+        state.open.pop(name, None)
+    elif op == "L":
+        entry = state.open.get(name)
+        if entry is not None and entry.token == fields[2]:
+            entry.lease_until = int(fields[3]) / 1000
+    elif op == "S":
+        state.frontier = "" if name == "-" else name
+        state.acked, state.redelivered, state.dead = int(fields[2]), int(fields[3]), int(fields[4])
+    elif op == "O":
+        state.open[name] = _Open(
+            name=name,
+            token="" if fields[2] == "-" else fields[2],
+            deliveries=int(fields[3]),
+            lease_until=int(fields[4]) / 1000,
+            available_at=int(fields[5]) / 1000,
+            behind="" if fields[6] == "-" else fields[6],
+            expires_at=None if fields[7] == "-" else int(fields[7]) / 1000,
+        )
+    elif op == "K":
+        state.remember_ack(name)
+
+
+def _compact(path: str, state: _State) -> None:
+    """Rewrite the log as the state it describes (group lock held), so it stays small."""
+    lines = [
+        f"S {state.frontier or '-'} {state.acked} {state.redelivered} {state.dead}",
+        *(
+            f"O {e.name} {e.token or '-'} {e.deliveries} {_ms(e.lease_until)} "
+            f"{_ms(e.available_at)} {e.behind or '-'} {_ms_or(e.expires_at)}"
+            for e in state.open.values()
+        ),
+        *(f"K {receipt}" for receipt in state.recent),
+    ]
+    data = "".join(f"{t} {zlib.crc32(t.encode()):08x}\n" for t in lines).encode("ascii")
+    tmp = leftover_path(path)
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fdatasync(out.fileno())
+    os.replace(tmp, path)
+    state.ino, state.offset, state.lines = os.stat(path).st_ino, len(data), len(lines)
+
+
+def _why_not(entry: _Open | None) -> str:
+    if entry is None:
+        return "unknown"  # acked or dead-lettered already, or never delivered
+    return "fenced"  # requeued, or leased again to someone else
+
+
+def _ms(seconds: float) -> str:
+    return str(int(seconds * 1000))
+
+
+def _ms_or(seconds: float | None) -> str:
+    return "-" if seconds is None else _ms(seconds)

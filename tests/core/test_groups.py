@@ -1,0 +1,268 @@
+"""Group commit and publish_many: shared commits, order, all or nothing, crashes mid-group."""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import hashlib
+import itertools
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.core.conftest import publish_many, uploads_of
+from tests.support.publisher import payload
+from tests.support.queues import queue_contents
+from zosciimq.core import DataDir, QueueStore, StorageFull, TryAgain
+from zosciimq.core import index as idx
+from zosciimq.core import queues as queues_module
+from zosciimq.core.queues import Outgoing
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_batch_gets_contiguous_increasing_names_in_its_order(data_dir, queues) -> None:
+    before = publish_many(queues, data_dir, "q", [b"x"])[0].name
+    bodies = [b"m%d" % i for i in range(50)] + [bytes(range(256))]
+    results = publish_many(queues, data_dir, "q", bodies)
+    after = publish_many(queues, data_dir, "q", [b"y"])[0].name
+    names = [r.name for r in results]
+    assert names == sorted(names) and len(set(names)) == len(names)
+    assert before < names[0] and names[-1] < after
+    assert queue_contents(data_dir, "q") == [
+        (before, b"x"),
+        *zip(names, bodies, strict=True),
+        (after, b"y"),
+    ]
+    counters = [int(name[14:18]) for name in names]
+    assert counters == list(range(counters[0], counters[0] + len(names))), "not contiguous"
+
+
+def test_each_message_has_its_own_nonce_and_retention(data_dir, queues) -> None:
+    uploads = uploads_of(data_dir, [b"a", b"b", b"c", b"d"])
+    messages = [
+        Outgoing(uploads[0], 7, "n-a"),
+        Outgoing(uploads[1], 30, None),
+        Outgoing(uploads[2], 0, "n-a"),  # the same nonce twice in one call: stored once
+        Outgoing(uploads[3], 9999, "n-d"),
+    ]
+    results = queues.publish_many("q", messages)
+    assert [r.duplicate for r in results] == [False, False, True, False]
+    assert [r.name[19:23] for r in results if r.name] == ["0007", "0030", "9999"]
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"a", b"b", b"d"]
+
+    repeat = publish_many(queues, data_dir, "q", [b"a", b"d"], nonces=["n-a", "n-d"])
+    assert all(r.duplicate and r.name is None for r in repeat), "a retried batch stored again"
+    assert len(queue_contents(data_dir, "q")) == 3
+
+
+@pytest.mark.parametrize("fail_at", ["third rename", "nonce markers", "index flush"])
+def test_a_batch_that_fails_midway_leaves_nothing(data_dir, queues, monkeypatch, fail_at) -> None:
+    first = publish_many(queues, data_dir, "q", [b"kept"])[0].name
+    full = OSError(errno.ENOSPC, "No space left on device")
+    real_rename = os.rename
+    renames = []
+
+    def rename(*args, **kwargs):
+        renames.append(args)
+        if len(renames) == 3:
+            raise full
+        return real_rename(*args, **kwargs)
+
+    def fail(*args, **kwargs):
+        raise full
+
+    if fail_at == "third rename":
+        monkeypatch.setattr(os, "rename", rename)
+    elif fail_at == "nonce markers":
+        monkeypatch.setattr(os, "fsync", lambda fd: fail() if _is_nonce_dir(fd) else None)
+    else:
+        monkeypatch.setattr(idx.IndexFile, "sync", fail)
+    with pytest.raises(StorageFull):
+        publish_many(queues, data_dir, "q", [b"1", b"2", b"3", b"4"], nonces=list("abcd"))
+    monkeypatch.undo()
+    assert sorted(os.listdir(data_dir.queue_dir("q"))) == [first]
+    assert not any(data_dir.nonce_path(n).exists() for n in "abcd")
+    assert os.listdir(data_dir.temp) == []
+    retry = publish_many(queues, data_dir, "q", [b"1", b"2", b"3", b"4"], nonces=list("abcd"))
+    assert not any(r.duplicate for r in retry)
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"kept", b"1", b"2", b"3", b"4"]
+
+
+def _is_nonce_dir(fd: int) -> bool:
+    return stat.S_ISDIR(os.fstat(fd).st_mode) and os.readlink(f"/proc/self/fd/{fd}").endswith(
+        "/nonce"
+    )
+
+
+def test_a_batch_over_the_per_second_limit_asks_to_try_again(data_dir, queues, monkeypatch):
+    monkeypatch.setattr(queues_module, "MAX_COUNTER", 5)
+    with pytest.raises(TryAgain):
+        publish_many(queues, data_dir, "q", [b"%d" % i for i in range(7)])
+    assert os.listdir(data_dir.queue_dir("q")) == []
+    assert len(publish_many(queues, data_dir, "q", [b"%d" % i for i in range(6)])) == 6
+
+
+def test_concurrent_publishers_share_commits_and_keep_ack_order(data_dir, queues, monkeypatch):
+    """16 threads x 40 publishes: fewer directory fsyncs than messages (groups formed),
+    every message visible the moment its publish returns, and a publish that started
+    after another returned always has the higher name."""
+    dir_syncs = [0]
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            dir_syncs[0] += 1
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    spans: list[tuple[float, float, str]] = []
+    invisible: list[str] = []
+    start = threading.Barrier(16)
+
+    def worker(number: int) -> None:
+        start.wait()
+        for i in range(40):
+            began = time.monotonic()
+            name = publish_many(queues, data_dir, "q", [b"%d-%d" % (number, i)])[0].name
+            spans.append((began, time.monotonic(), name))
+            if not _visible_now(data_dir, "q", name):
+                invisible.append(name)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not invisible, f"acknowledged but not visible: {invisible[:3]}"
+    names = [name for _, _, name in spans]
+    assert len(set(names)) == 640
+    assert [n for n, _ in queue_contents(data_dir, "q")] == sorted(names)
+    assert dir_syncs[0] < 640, "no two publishers ever shared a commit"
+    by_end = sorted(spans, key=lambda span: span[1])
+    ends = [ended for _, ended, _ in by_end]
+    highest = list(itertools.accumulate((name for _, _, name in by_end), max))
+    for began, _, name in spans:
+        done_before = bisect.bisect_left(ends, began)  # publishes answered before this began
+        if done_before:
+            assert highest[done_before - 1] < name, "a later publish got a lower name"
+
+
+def _visible_now(data_dir: DataDir, queue: str, name: str) -> bool:
+    """Whether a consumer arriving now finds ``name`` (its pointer just below it)."""
+    just_below = name[:-5]  # a prefix of the name sorts right before it
+    for found, file in QueueStore(data_dir).iter_after(queue, just_below, 1):
+        file.close()
+        return found == name
+    return False
+
+
+def test_a_process_killed_among_batching_threads_loses_and_splits_nothing(tmp_path) -> None:
+    """kill -9 of 8 threads publishing batches of 5: every acknowledged message is there,
+    and every batch is there whole or not at all (nobody was answered for a partial one)."""
+    data_dir = DataDir(tmp_path / "data")
+    data_dir.ensure()
+    count, threads, batch = 20_000, 8, 5
+    publisher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.publisher",
+            str(data_dir.root),
+            "q",
+            str(count),
+            "g",
+            str(threads),
+            str(batch),
+        ],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+    )
+    acked: dict[str, str] = {}
+    assert publisher.stdout is not None
+    for line in publisher.stdout:
+        name, digest = line.decode().split()
+        acked[name] = digest
+        if len(acked) >= 600:
+            publisher.send_signal(signal.SIGKILL)
+            break
+    rest, _ = publisher.communicate()
+    for line in rest.decode().splitlines():
+        if len(line.split()) == 2:
+            name, digest = line.split()
+            acked[name] = digest
+
+    seen = queue_contents(data_dir, "q")
+    names = [name for name, _ in seen]
+    assert names == sorted(names) and len(names) == len(set(names))
+    assert set(acked) <= set(names), "an acknowledged message was lost"
+    numbers = []
+    for name, body in seen:
+        number = int(body.split(b"\x00")[0].split(b":")[1])
+        assert body == payload("g", number), "a torn or foreign message is visible"
+        if name in acked:
+            assert hashlib.sha256(body).hexdigest() == acked[name]
+        numbers.append(number)
+
+    def batch_of(number: int) -> tuple[int, int]:
+        return number % threads, (number // threads) // batch
+
+    members: dict[tuple[int, int], int] = {}
+    for number in numbers:
+        members[batch_of(number)] = members.get(batch_of(number), 0) + 1
+    partial = {key: size for key, size in members.items() if size != batch}
+    assert not partial, f"batches only partly visible after the crash: {partial}"
+    on_disk = {p.name for p in data_dir.queue_dir("q").iterdir()}
+    assert on_disk == set(names), "a message file exists that consumers cannot see"
+
+
+class Died(BaseException):
+    """A process dying right there: nothing unwinds that catches only Exception."""
+
+
+def test_a_group_cut_between_its_renames_is_removed_by_the_next(data_dir, queues, monkeypatch):
+    kept = publish_many(queues, data_dir, "q", [b"kept"])[0].name
+    real_rename = os.rename
+    renames = []
+
+    def dying_rename(*args, **kwargs):
+        if len(renames) == 2:
+            raise Died
+        renames.append(args)
+        return real_rename(*args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", dying_rename)
+    with pytest.raises(Died):
+        publish_many(queues, data_dir, "q", [b"1", b"2", b"3", b"4", b"5"], nonces=list("vwxyz"))
+    monkeypatch.undo()
+    assert len(os.listdir(data_dir.queue_dir("q"))) == 3  # kept + two of the five
+    # The next one to look finds the dead group half there: it removes that half.
+    assert queue_contents(data_dir, "q") == [(kept, b"kept")]
+    assert sorted(os.listdir(data_dir.queue_dir("q"))) == [kept]
+    assert not any(data_dir.nonce_path(n).exists() for n in "vwxyz")
+    retry = publish_many(
+        queues, data_dir, "q", [b"1", b"2", b"3", b"4", b"5"], nonces=list("vwxyz")
+    )
+    assert not any(r.duplicate for r in retry)
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"kept", b"1", b"2", b"3", b"4", b"5"]
+
+
+def test_a_group_cut_after_all_its_renames_is_kept_by_the_next(data_dir, queues, monkeypatch):
+    def die(*args):
+        raise Died
+
+    monkeypatch.setattr(idx.IndexFile, "sync", die)
+    with pytest.raises(Died):
+        publish_many(queues, data_dir, "q", [b"1", b"2", b"3"], nonces=["x1", "x2", "x3"])
+    monkeypatch.undo()
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"1", b"2", b"3"]
+    assert all(data_dir.nonce_path(n).exists() for n in ("x1", "x2", "x3"))
+    retry = publish_many(queues, data_dir, "q", [b"1", b"2", b"3"], nonces=["x1", "x2", "x3"])
+    assert all(r.duplicate for r in retry), "the retry of a kept group stored it again"
