@@ -16,9 +16,10 @@ _settings = ApiSettings.from_env()
 
 # prometheus-client picks its multiprocess mode from this variable at import time, so it
 # must be set here, before any worker imports the app.
-_metrics_dir = os.environ.setdefault(
-    "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="zoscii-api-metrics-")
+_metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(
+    prefix="zoscii-api-metrics-"
 )
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
 
 bind = [_settings.bind]
 workers = _settings.workers
@@ -33,7 +34,8 @@ limit_request_field_size = 8190
 accesslog = "-"
 errorlog = "-"
 loglevel = os.environ.get("ZOSCII_LOG_LEVEL", "info")
-access_log_format = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms'
+logger_class = "zoscii_api.logs.ApiLogger"  # shared format; no query strings (messages)
+http_parser = "auto"  # gunicorn's C parser (gunicorn[fast]) when installed, else Python
 wsgi_app = "zoscii_api.app:create_app()"
 control_socket_disable = True  # no runtime-control socket in $HOME: unused, one less door
 if _settings.tls_cert:  # HTTPS served by gunicorn itself; a reverse proxy is the other way

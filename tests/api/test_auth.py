@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.api_app import make_client
 from zoscii_api.app import create_app
-from zoscii_api.auth import parse_clients
+from zoscii_api.auth import AccessControl, parse_clients
 from zoscii_api.settings import ApiSettings
 from zosciimq.core import parse_name
-from zosciimq.settings import CoreSettings, SettingsError
+from zosciimq.settings import SettingsError
 
 PARTNER, OPS, READER = "partner-secret-0123456789", "ops-secret-9876543210", "reader-secret-5555"
 
@@ -43,13 +44,7 @@ read = ["outbox"]
 
 @pytest.fixture
 def client(tmp_path: Path):
-    from zoscii_api.auth import AccessControl
-
-    settings = ApiSettings(
-        core=CoreSettings(data_dir=tmp_path / "data"),
-        access=AccessControl(parse_clients(CLIENTS)),
-    )
-    return create_app(settings).test_client()
+    return make_client(tmp_path / "data", access=AccessControl(parse_clients(CLIENTS)))
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -156,3 +151,100 @@ def test_access_control_from_the_environment(tmp_path) -> None:
     assert ApiSettings.from_env({"ZOSCII_AUTH_CLIENTS": CLIENTS}).access.enabled
     with pytest.raises(SettingsError):
         ApiSettings.from_env({"ZOSCII_AUTH_FILE": str(tmp_path / "missing.toml")})
+
+
+# --- rights decided before the message is read (issue 15) ---------------------------------
+
+
+class _Written:
+    """Counts message bytes written to queues/temp while the test runs."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from zosciimq.core import upload
+
+        self.total = 0
+        real = upload.Upload.write
+
+        def write(upload_self, chunk):
+            self.total += len(chunk)
+            return real(upload_self, chunk)
+
+        monkeypatch.setattr(upload.Upload, "write", write)
+
+
+def _multipart(fields: list[tuple[str, bytes]]) -> tuple[bytes, str]:
+    out = b""
+    for name, value in fields:
+        disposition = f'form-data; name="{name}"' + ('; filename="m"' if name == "msg" else "")
+        out += f"--b\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + value + b"\r\n"
+    return out + b"--b--\r\n", "multipart/form-data; boundary=b"
+
+
+def test_a_form_without_the_right_is_refused_before_its_message(client, monkeypatch) -> None:
+    written = _Written(monkeypatch)
+    body, content_type = _multipart(
+        [("action", b"publish"), ("q", b"outbox"), ("msg", b"x" * 3_000_000)]
+    )
+    reply = client.post("/", data=body, content_type=content_type, headers=bearer(PARTNER))
+    assert reply.status_code == 403
+    assert written.total == 0, "message bytes were written before the refusal"
+
+
+def test_with_access_control_the_action_must_come_before_the_message(client, monkeypatch):
+    written = _Written(monkeypatch)
+    body, content_type = _multipart([("msg", b"x" * 100_000), ("action", b"publish")])
+    reply = client.post(
+        "/?q=inbox_a", data=body, content_type=content_type, headers=bearer(PARTNER)
+    )
+    assert reply.status_code == 400 and "before the message" in reply.get_json()["error"]
+    assert written.total == 0
+    body, content_type = _multipart([("action", b"publish"), ("q", b"inbox_a"), ("msg", b"ok")])
+    allowed = client.post("/", data=body, content_type=content_type, headers=bearer(PARTNER))
+    assert allowed.status_code == 200, allowed.get_json()
+
+
+def test_a_raw_body_is_refused_unless_it_is_a_publish_or_store(client, monkeypatch) -> None:
+    written = _Written(monkeypatch)
+    for url in ("/?action=fetch&q=outbox", "/"):
+        reply = client.post(
+            url,
+            data=b"x" * 1_000_000,
+            content_type="application/octet-stream",
+            headers=bearer(READER),
+        )
+        assert reply.status_code == 400, url
+    assert written.total == 0
+
+
+def test_one_partners_nonce_never_blocks_another(tmp_path: Path) -> None:
+    """Issue 15: partner A's n=invoice-4711 made B's later publish with the same nonce
+    answer "Nonce already used." and store nothing. Under access control a nonce is kept
+    to its own client's requests; a retry by the same client is still a repeat."""
+    clients = (
+        CLIENTS
+        + f"""
+[[clients]]
+name = "other"
+token_sha256 = "{sha("other-secret-0123456789")}"
+write = ["inbox_*"]
+actions = ["store"]
+"""
+    )
+    app = make_client(tmp_path / "data", access=AccessControl(parse_clients(clients)))
+    other = bearer("other-secret-0123456789")
+
+    def publish(headers, queue):
+        form = {"action": "publish", "q": queue, "msg": "m", "n": "invoice-4711"}
+        return app.post("/", data=form, headers=headers).get_json()["message"]
+
+    assert publish(bearer(PARTNER), "inbox_a") == "Message published."
+    assert publish(other, "inbox_b") == "Message published."  # not squatted
+    assert publish(bearer(PARTNER), "inbox_a") == "Nonce already used."  # its own retry
+    assert publish(other, "inbox_b") == "Nonce already used."
+    store = {"action": "store", "msg": "doc", "n": "invoice-4711"}
+    assert app.post("/", data=store, headers=other).get_json()["message"] == "Nonce already used."
+    assert app.post("/", data=store, headers=bearer(OPS)).get_json()["message"] == (
+        "Message stored."
+    )
+    markers = sorted(p.name for p in (tmp_path / "data" / "nonce").iterdir())
+    assert "invoice-4711" not in markers and len(markers) == 3

@@ -9,15 +9,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.api_app import drain, make_client
 from tests.support.api_server import ApiServer
-from zoscii_api.app import create_app
-from zoscii_api.settings import ApiSettings
 from zosciimq.core import DataDir, QueueStore, Upload
-from zosciimq.settings import CoreSettings
-
-
-def make_client(data_dir: Path, **overrides):
-    return create_app(ApiSettings(core=CoreSettings(data_dir=data_dir), **overrides)).test_client()
 
 
 def parse_batch(content_type: str, body: bytes) -> list[tuple[str, bytes]]:
@@ -42,16 +36,6 @@ def parse_batch(content_type: str, body: bytes) -> list[tuple[str, bytes]]:
         position = start + size + 2
 
 
-def singles(client, queue: str, after: str = "") -> list[tuple[str, bytes]]:
-    seen = []
-    while True:
-        reply = client.get("/", query_string={"action": "fetch", "q": queue, "after": after})
-        if "Content-Disposition" not in reply.headers:
-            return seen
-        after = reply.headers["Content-Disposition"].split('"')[1]
-        seen.append((after, reply.data))
-
-
 @pytest.fixture
 def filled(tmp_path: Path):
     client = make_client(tmp_path / "data", max_batch_bytes=1000)
@@ -63,7 +47,7 @@ def filled(tmp_path: Path):
 
 @pytest.mark.parametrize(("count", "max_bytes"), [(1, 0), (7, 0), (7, 250), (100, 0), (3, 1)])
 def test_batches_equal_the_sequence_of_single_fetches(filled, count: int, max_bytes: int) -> None:
-    expected = singles(filled, "q")
+    expected = drain(filled, "q")
     got, after = [], ""
     while True:
         query = {"action": "fetch", "q": "q", "after": after, "count": count}
@@ -91,7 +75,7 @@ def test_a_batch_is_standard_mime(filled) -> None:
     message = email.message_from_bytes(head + reply.data, policy=email.policy.HTTP)
     parts = list(message.iter_parts())
     assert len(parts) == 5
-    assert [p.get_filename() for p in parts] == [n for n, _ in singles(filled, "q")[:5]]
+    assert [p.get_filename() for p in parts] == [n for n, _ in drain(filled, "q")[:5]]
 
 
 def test_batch_replies_when_there_is_nothing(tmp_path: Path) -> None:
@@ -104,7 +88,9 @@ def test_batch_replies_when_there_is_nothing(tmp_path: Path) -> None:
     assert client.get("/?action=fetch&q=e&count=100000").status_code == 400
 
 
-def test_a_waiting_fetch_gets_a_message_published_meanwhile(tmp_path: Path) -> None:
+def test_a_waiting_fetch_gets_a_message_published_meanwhile(
+    tmp_path: Path, parked: threading.Event
+) -> None:
     client = make_client(tmp_path / "data")
     client.get("/?action=publish&q=w&msg=first")
     first = client.get("/?action=fetch&q=w").headers["Content-Disposition"].split('"')[1]
@@ -115,7 +101,7 @@ def test_a_waiting_fetch_gets_a_message_published_meanwhile(tmp_path: Path) -> N
         )
     )
     waiter.start()
-    time.sleep(0.3)
+    assert parked.wait(20), "the fetch never waited"
     assert not replies, "the fetch answered instead of waiting"
     client.get("/?action=publish&q=w&msg=second")
     waiter.join(timeout=20)
@@ -150,7 +136,7 @@ def test_long_poll_wakes_on_a_publish_from_another_process(tmp_path: Path) -> No
             )
         )
         waiter.start()
-        time.sleep(0.5)
+        time.sleep(0.5)  # time to park: nothing outside the worker shows a waiting request
         layout = DataDir(data_dir)
         with Upload(layout) as upload:
             upload.write(b"from elsewhere")

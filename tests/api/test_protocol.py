@@ -7,60 +7,11 @@ from pathlib import Path
 from urllib.parse import quote_from_bytes, urlencode
 
 import pytest
-from flask.testing import FlaskClient
 
-from zoscii_api.app import create_app
-from zoscii_api.settings import ApiSettings
+from tests.support.api_app import body, drain, fetch, filename, make_client
 from zosciimq.core import parse_name
-from zosciimq.settings import CoreSettings
 
 ALL_BYTES = bytes(range(256)) + b"\x00\xff" * 10 + "é€".encode()
-
-
-def make_client(data_dir: Path, default_retention_days: int = 0, **overrides) -> FlaskClient:
-    core = CoreSettings(data_dir=data_dir, default_retention_days=default_retention_days)
-    settings = ApiSettings(core=core, **overrides)
-    return create_app(settings).test_client()
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def client(data_dir: Path) -> FlaskClient:
-    return make_client(data_dir)
-
-
-def body(reply) -> dict:
-    assert reply.mimetype == "application/json"
-    document = reply.get_json()
-    assert document["system"] == "ZOSCII MQ" and document["version"] == "1.0"
-    assert list(document) == ["system", "version", "error", "message", "result"]
-    return document
-
-
-def fetch(client: FlaskClient, queue: str, after: str = "", **extra):
-    return client.get("/", query_string={"action": "fetch", "q": queue, "after": after, **extra})
-
-
-def filename(reply) -> str:
-    disposition = reply.headers["Content-Disposition"]
-    assert disposition.startswith('attachment; filename="') and disposition.endswith('"')
-    return disposition.split('"')[1]
-
-
-def drain(client: FlaskClient, queue: str) -> list[tuple[str, bytes]]:
-    seen, after = [], ""
-    while True:
-        reply = fetch(client, queue, after)
-        if "Content-Disposition" not in reply.headers:
-            assert body(reply)["error"] == ""
-            return seen
-        assert reply.mimetype == "application/octet-stream"
-        after = filename(reply)
-        seen.append((after, reply.data))
 
 
 # --- every way of sending a message is byte-exact --------------------------------------
@@ -264,6 +215,32 @@ def test_maximum_message_size(data_dir) -> None:
         assert reply.status_code == 413 and body(reply)["error"]
     assert len(drain(client, "a")) == 1
     assert list((data_dir / "queues" / "temp").iterdir()) == []
+
+
+def test_a_read_only_copy_serves_reads_and_writes_nothing(data_dir) -> None:
+    """ZOSCII_READ_ONLY on a copy without its indexes: fetch, retrieve and scan answer
+    from a listing, every write is a 503, and no file changes (on a volume really
+    mounted read-only, under gunicorn: tests/security/test_volume_faults.py)."""
+    writer = make_client(data_dir)
+    for message in ("one", "two", "three"):
+        assert body(writer.get(f"/?action=publish&q=q&msg={message}"))["error"] == ""
+    stored = body(writer.post("/", data={"action": "store", "msg": "doc", "u": "1"}))["result"]
+    for index in (data_dir / ".zoscii" / "index").glob("q.*"):
+        index.unlink()  # what a copy taken without .zoscii looks like
+    before = snapshot(data_dir.parent)
+    reader = make_client(data_dir, read_only=True)
+    assert reader.get("/healthz").status_code == 200
+    assert [message for _, message in drain(reader, "q")] == [b"one", b"two", b"three"]
+    retrieved = reader.get("/", query_string={"action": "retrieve", "name": stored})
+    assert retrieved.status_code == 200 and retrieved.data == b"doc"
+    assert body(reader.get("/?action=scan"))["result"] == [stored]
+    for refused in (
+        reader.get("/?action=publish&q=q&msg=four"),
+        reader.post("/", data={"action": "store", "msg": "x"}),
+        reader.post("/", data={"action": "identify", "names": f'["{stored}"]'}),
+    ):
+        assert refused.status_code == 503 and "read-only copy" in body(refused)["error"]
+    assert snapshot(data_dir.parent) == before
 
 
 # --- bad input: a clear error, nothing written, nothing outside the data directory ---

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,8 +36,17 @@ class Mount:
     def __init__(self, point: Path) -> None:
         self.point = point
 
-    def remount(self, options: str) -> None:
-        done = run("mount", "-o", f"remount,{options}", str(self.point))
+    def remount(self, options: str, *, busy_for: float = 0.0) -> None:
+        """Remount; with ``busy_for``, keep trying that long while files are open for
+        writing (a running api closes a queue's files once it is idle)."""
+        deadline = time.monotonic() + busy_for
+        while True:
+            done = run("mount", "-o", f"remount,{options}", str(self.point))
+            if done.returncode == 0 or "busy" not in done.stderr:
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert done.returncode == 0, done.stderr
 
     def unmount(self) -> None:

@@ -21,21 +21,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zosciimq.core import DataDir, QueueStore, Upload
-from zosciimq.core import upload as upload_module
+from tests.support.queues import publish_body
+from zosciimq.core import DataDir, QueueStore
+from zosciimq.core import queues as queues_module
 from zosciimq.core.index import IndexFile
 from zosciimq.core.nonces import Nonces
 
 # In publish order. Each is "the state right after this call returned".
 STEPS = (
-    "written",  # upload content written, not fsynced (dies on entering sync)
-    "synced",  # upload fsynced, no lock taken yet
-    "pending",  # index header names B as pending
+    "written",  # upload content written, not flushed (dies on entering the flush)
+    "synced",  # upload flushed, no lock taken yet
+    "pending",  # B's record written, invisible; the index header counts it as pending
     "renamed",  # B renamed into the queue directory, directory not fsynced
     "dir-synced",  # queue directory fsynced: B durable under its name
     "nonce-marked",  # nonce marker created and its directory fsynced
-    "indexed",  # B appended to the index
-    "header-cleared",  # header no longer pending; publish about to return
+    "indexed",  # the index flushed (B's record durable, still invisible)
+    "header-cleared",  # header commits B (visible), pending cleared; about to return
     "acked",  # publish returned (acknowledged)
 )
 
@@ -79,15 +80,22 @@ def install(step: str) -> None:
     def record(event: str, **fields: Any) -> None:
         trace.append({"event": event, **fields})
 
-    real_fsync, real_rename, real_open, real_pwrite = os.fsync, os.rename, os.open, os.pwrite
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+    real_rename, real_open, real_pwrite = os.rename, os.open, os.pwrite
 
     def fsync(fd: int) -> None:
         kind = "dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
         real_fsync(fd)
         record("fsync", kind=kind, path=_path_of(fd))
+        if step == "dir-synced" and kind == "dir" and "/queues/" in _path_of(fd):
+            die()
 
-    def rename(src: Any, dst: Any) -> None:
-        real_rename(src, dst)
+    def fdatasync(fd: int) -> None:
+        real_fdatasync(fd)
+        record("fdatasync", path=_path_of(fd))
+
+    def rename(src: Any, dst: Any, **kwargs: Any) -> None:
+        real_rename(src, dst, **kwargs)
         record("rename", src=str(src), dst=str(dst))
         if step == "renamed":  # publish's only rename: the upload into the queue
             die()
@@ -103,18 +111,18 @@ def install(step: str) -> None:
         record("pwrite", path=_path_of(fd), offset=offset)
         return written
 
-    os.fsync, os.rename, os.open, os.pwrite = fsync, rename, open_, pwrite
+    os.fsync, os.fdatasync, os.rename, os.open, os.pwrite = fsync, fdatasync, rename, open_, pwrite
 
-    original_sync = Upload.sync
+    original_sync = queues_module.sync_uploads
 
-    def sync(self: Upload) -> None:
+    def sync(uploads: Any) -> None:
         if step == "written":
             die()
-        original_sync(self)
+        original_sync(uploads)
         if step == "synced":
             die()
 
-    Upload.sync = sync  # type: ignore[method-assign]
+    queues_module.sync_uploads = sync  # type: ignore[assignment]
 
     def after_header(self: IndexFile, header: Any) -> None:
         counts["write_header"] += 1
@@ -124,20 +132,8 @@ def install(step: str) -> None:
             die()
 
     _wrap(IndexFile, "write_header", after_header)
-
-    def after_dir_sync(*args: Any) -> None:
-        if step == "dir-synced":
-            die()
-
-    _wrap(upload_module, "fsync_dir", after_dir_sync)
-    _wrap(Nonces, "mark", lambda *a: die() if step == "nonce-marked" else None)
-    _wrap(IndexFile, "append", lambda *a: die() if step == "indexed" else None)
-
-
-def publish(queues: QueueStore, layout: DataDir, queue: str, body: bytes, nonce: str | None):
-    with Upload(layout) as upload:
-        upload.write(body)
-        return queues.publish(queue, upload, retention_days=1, nonce=nonce)
+    _wrap(Nonces, "mark_many", lambda *a: die() if step == "nonce-marked" else None)
+    _wrap(IndexFile, "sync", lambda *a: die() if step == "indexed" else None)
 
 
 def main() -> None:
@@ -146,9 +142,9 @@ def main() -> None:
     layout = DataDir(data_dir)
     layout.ensure()
     queues = QueueStore(layout)
-    print("acked A", publish(queues, layout, queue, BODY_A, None).name, flush=True)
+    print("acked A", publish_body(queues, queue, BODY_A).name, flush=True)
     install(step)
-    result = publish(queues, layout, queue, BODY_B, nonce_of(queue))
+    result = publish_body(queues, queue, BODY_B, nonce=nonce_of(queue))
     assert not result.duplicate, "nonce already used: use a fresh queue name"
     print("acked B", result.name)
     for event in trace:

@@ -31,6 +31,7 @@ def assert_sound(url: str, load: PublishLoad, queue_dir: Path) -> None:
     assert len(found.names) == len(load.acked) == load.total
 
 
+@pytest.mark.slow
 def test_kill_9_of_one_worker(tmp_path: Path, servers) -> None:
     data_dir = tmp_path / "data"
     server = servers(data_dir, workers=2, threads=8)

@@ -10,11 +10,11 @@ import pytest
 import requests
 
 from tests.security.figures import TALLY
-from zoscii_api.app import create_app
+from tests.support.api_app import make_client
 from zoscii_api.auth import AccessControl, parse_clients
 from zoscii_api.ratelimit import Admission, ClientAddress, RateLimited, TokenBuckets
 from zoscii_api.settings import ApiSettings
-from zosciimq.settings import CoreSettings, SettingsError
+from zosciimq.settings import SettingsError
 
 
 class Clock:
@@ -126,13 +126,8 @@ def test_authenticated_clients_are_limited_by_name_and_bad_guesses_by_address() 
         admission.admit(here, "Bearer guess")
 
 
-def make_client(tmp_path: Path, **fields: object):
-    settings = ApiSettings(core=CoreSettings(data_dir=tmp_path / "data"), **fields)
-    return create_app(settings).test_client()
-
-
 def test_429_is_an_envelope_with_retry_after_and_the_body_is_never_read(tmp_path: Path) -> None:
-    client = make_client(tmp_path, rate_limit=0.1, rate_burst=2)
+    client = make_client(tmp_path / "data", rate_limit=0.1, rate_burst=2)
     for _ in range(2):
         assert client.get("/?action=publish&q=a&msg=x").status_code == 200
     reply = client.post(
@@ -150,17 +145,18 @@ def test_429_is_an_envelope_with_retry_after_and_the_body_is_never_read(tmp_path
 
 
 def test_off_by_default(tmp_path: Path) -> None:
-    client = make_client(tmp_path)
+    client = make_client(tmp_path / "data")
     statuses = {client.get("/?action=scan").status_code for _ in range(300)}
     assert statuses == {200}
     TALLY["rate limit: requests tried"] += 300
 
 
+@pytest.mark.slow  # waits for the bucket to refill (the test client checks 429 fast)
 def test_under_gunicorn(tmp_path: Path, servers) -> None:
     server = servers(
         tmp_path / "data",
         workers=1,
-        env={"ZOSCII_RATE_LIMIT": "0.5", "ZOSCII_RATE_BURST": "3"},
+        env={"ZOSCII_RATE_LIMIT": "1", "ZOSCII_RATE_BURST": "3"},
     )
     session = requests.Session()
     # X-Forwarded-For from an untrusted peer changes nothing

@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import requests
 
 from tests.security.figures import TALLY
 from tests.security.rawhttp import RawReply, connect, read_all
 
 SLOW = {
-    "ZOSCII_HEADER_TIMEOUT_SECONDS": "2",
-    "ZOSCII_BODY_TIMEOUT_SECONDS": "2",
+    "ZOSCII_HEADER_TIMEOUT_SECONDS": "1",
+    "ZOSCII_BODY_TIMEOUT_SECONDS": "1",
     "ZOSCII_BODY_MIN_RATE": "1000",
 }
 GIVE_UP = 60.0  # a slow client that is never cut stops here, so the test cannot hang
@@ -35,6 +36,7 @@ class Trickler(threading.Thread):
         super().__init__(daemon=True)
         self.port, self.head, self.drip = port, head, drip
         self.sent_drips = 0
+        self.holding = threading.Event()  # a drip interval into its request (or cut before)
         self.cut = threading.Event()
         self.reply = RawReply(b"")
 
@@ -47,12 +49,15 @@ class Trickler(threading.Thread):
                 while time.monotonic() < stop_at:
                     sock.sendall(self.drip(self.sent_drips))
                     self.sent_drips += 1
+                    if self.sent_drips == 2:
+                        self.holding.set()
                     if _readable(sock, 0.3):  # the server answered or closed
                         break
             except OSError:
                 pass
             self.reply = RawReply(read_all(sock))
             self.cut.set()
+            self.holding.set()
 
 
 def _readable(sock: socket.socket, timeout: float) -> bool:
@@ -69,7 +74,8 @@ def test_a_trickled_request_head_is_cut_and_frees_the_thread(tmp_path: Path, ser
     tricklers.append(Trickler(server.port, head, lambda n: b"a"))
     for trickler in tricklers:
         trickler.start()
-    time.sleep(0.5)  # both hold a thread now: the worker's two
+    for trickler in tricklers:  # both hold a thread now: the worker's two
+        assert trickler.holding.wait(GIVE_UP)
     reply = requests.get(server.url + "healthz", timeout=GIVE_UP)
     assert reply.status_code == 200
     for trickler in tricklers:
@@ -81,6 +87,7 @@ def test_a_trickled_request_head_is_cut_and_frees_the_thread(tmp_path: Path, ser
     TALLY["slow clients: cut"] += len(tricklers)
 
 
+@pytest.mark.slow  # the body's deadline on a fake clock: test_deadlines
 def test_a_trickled_body_is_cut_with_408_and_leaves_nothing(tmp_path: Path, servers) -> None:
     data_dir = tmp_path / "data"
     server = servers(data_dir, workers=1, threads=2, env=SLOW)
@@ -99,7 +106,8 @@ def test_a_trickled_body_is_cut_with_408_and_leaves_nothing(tmp_path: Path, serv
     tricklers = [Trickler(server.port, h, d) for h, d in zip(heads, drips, strict=True)]
     for trickler in tricklers:
         trickler.start()
-    time.sleep(0.5)
+    for trickler in tricklers:
+        assert trickler.holding.wait(GIVE_UP)
     assert requests.get(server.url + "healthz", timeout=GIVE_UP).status_code == 200
     for trickler in tricklers:
         assert trickler.cut.wait(GIVE_UP)
@@ -112,12 +120,13 @@ def test_a_trickled_body_is_cut_with_408_and_leaves_nothing(tmp_path: Path, serv
     TALLY["slow clients: cut"] += len(tricklers)
 
 
+@pytest.mark.slow  # 2 s of trickling (test_deadlines: the same rule on a fake clock)
 def test_a_slow_but_steady_upload_gets_through(tmp_path: Path, servers) -> None:
-    """The body deadline grows with what arrives: 40 KB at 10 KB/s takes twice the
-    2 s timeout and is fine, since it is well above the minimum rate."""
+    """The body deadline grows with what arrives: 20 KB at 10 KB/s takes twice the
+    1 s timeout and is fine, since it is well above the minimum rate."""
     data_dir = tmp_path / "data"
     server = servers(data_dir, workers=1, threads=2, env=SLOW)
-    payload = bytes(range(256)) * 160
+    payload = bytes(range(256)) * 80
 
     def pieces():
         for start in range(0, len(payload), 1000):
@@ -136,6 +145,7 @@ def test_a_slow_but_steady_upload_gets_through(tmp_path: Path, servers) -> None:
     assert fetched.content == payload
 
 
+@pytest.mark.slow  # 2 s idle between two requests
 def test_an_idle_keepalive_connection_is_not_cut_by_the_head_deadline(
     tmp_path: Path, servers
 ) -> None:
@@ -143,7 +153,9 @@ def test_an_idle_keepalive_connection_is_not_cut_by_the_head_deadline(
     server = servers(tmp_path / "data", workers=1, threads=2, env=SLOW)
     request = b"GET /?action=scan HTTP/1.1\r\nHost: x\r\n\r\n"
     with connect(server.port) as sock:
-        for _ in range(2):
+        for number in range(2):
+            if number:
+                time.sleep(2)  # longer than the head timeout, shorter than keep-alive (5 s)
             sock.sendall(request)
             head = b""
             while b"\r\n\r\n" not in head:
@@ -152,4 +164,3 @@ def test_an_idle_keepalive_connection_is_not_cut_by_the_head_deadline(
             length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
             while length:
                 length -= len(sock.recv(length))
-            time.sleep(3)  # longer than the head timeout, shorter than keep-alive (5 s)

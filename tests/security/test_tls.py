@@ -39,20 +39,21 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-@pytest.fixture
-def tls_server(tmp_path: Path, certificate, monkeypatch: pytest.MonkeyPatch):
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory, certificate):
+    """One HTTPS api for the module's tests (each uses its own queue, if any)."""
     cert, key = certificate
     server = ApiServer(
-        tmp_path / "data",
+        tmp_path_factory.mktemp("tls-api") / "data",
         workers=1,
         env={
             "ZOSCII_TLS_CERT": str(cert),
             "ZOSCII_TLS_KEY": str(key),
-            "ZOSCII_HEADER_TIMEOUT_SECONDS": "2",
+            "ZOSCII_HEADER_TIMEOUT_SECONDS": "1",
         },
     )
     server.url = f"https://127.0.0.1:{server.port}/"
-    with monkeypatch.context() as patched:  # for start()'s health probe only
+    with pytest.MonkeyPatch.context() as patched:  # for start()'s health probe only
         patched.setenv("SSL_CERT_FILE", str(cert))
         server.start()
     yield server, cert
@@ -87,6 +88,7 @@ def test_the_certificate_is_what_a_verifying_client_checks(tls_server) -> None:
     TALLY["tls: requests tried"] += 2
 
 
+@pytest.mark.slow  # waits for the head deadline (the plain-HTTP head: test_slow_clients)
 def test_a_stalled_tls_handshake_is_cut(tls_server) -> None:
     """The head deadline covers the handshake: one byte of a ClientHello, then nothing."""
     server, cert = tls_server

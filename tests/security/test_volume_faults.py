@@ -25,6 +25,11 @@ from tests.support.api_server import ApiServer
 from zosciimq.core import DataDir
 from zosciimq.core.nonces import Nonces
 
+# Real mounts under a real gunicorn, a server or two a test. The fast tier has the same
+# rules through the test client: tests/api_fuzz (a full volume), tests/api/test_protocol
+# (a missing volume, a read-only copy).
+pytestmark = pytest.mark.slow
+
 
 def publish(url: str, queue: str, body: bytes, nonce: str | None = None) -> requests.Response:
     params = {"action": "publish", "q": queue} | ({"n": nonce} if nonce else {})
@@ -152,7 +157,7 @@ def test_read_only_volume(mount, servers) -> None:
     server = servers(data_dir, workers=2)
     assert publish(server.url, "q", b"kept").status_code == 200
 
-    volume.remount("ro")
+    volume.remount("ro", busy_for=10)  # as soon as the api has closed its idle queue files
     TALLY["volume faults: injected"] += 1
     health = requests.get(server.url + "healthz")
     assert health.status_code == 503
@@ -162,9 +167,8 @@ def test_read_only_volume(mount, servers) -> None:
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"] == "The data volume is not writable; try again later."
         assert refused.headers["Retry-After"]
-    # readers open the queue index read-write, so fetch says the same, clearly
-    fetched = requests.get(server.url, params={"action": "fetch", "q": "q"})
-    assert fetched.status_code == 503 and "not writable" in fetched.json()["error"]
+    # reads go on: a read-only volume (a disaster-recovery copy) stays servable
+    assert drain(server.url, "q") == [b"kept"]
     assert "data volume not usable" in server.log()
 
     volume.remount("rw")
@@ -173,14 +177,45 @@ def test_read_only_volume(mount, servers) -> None:
     assert drain(server.url, "q") == [b"kept", b"again"]
 
 
+def test_a_read_only_copy_is_served(mount, servers, tmp_path) -> None:
+    """A volume mounted read-only from the start, its indexes stale or missing: fetch,
+    retrieve and scan answer from a listing; every write answers 503."""
+    volume = mount("tmpfs", "size=8m")
+    data_dir = volume.point / "data"
+    writer = servers(data_dir, workers=1)
+    for body in (b"one", b"two", b"three"):
+        assert publish(writer.url, "q", body).status_code == 200
+    stored = requests.post(writer.url, data={"action": "store", "msg": "doc", "u": "1"}).json()
+    writer.stop()
+    for index in (data_dir / ".zoscii" / "index").glob("q.*"):
+        index.unlink()  # what a copy taken without .zoscii looks like
+    volume.remount("ro", busy_for=10)
+    TALLY["volume faults: injected"] += 1
+    reader = servers(data_dir, workers=2, env={"ZOSCII_READ_ONLY": "true"})
+    assert requests.get(reader.url + "healthz").status_code == 200
+    assert drain(reader.url, "q") == [b"one", b"two", b"three"]
+    retrieved = requests.get(reader.url, params={"action": "retrieve", "name": stored["result"]})
+    assert retrieved.status_code == 200 and retrieved.content == b"doc"
+    scanned = requests.get(reader.url, params={"action": "scan"}).json()
+    assert scanned["result"] == [stored["result"]]
+    for refused in (
+        publish(reader.url, "q", b"four"),
+        requests.post(reader.url, data={"action": "store", "msg": "x"}),
+        requests.post(reader.url, data={"action": "identify", "names": f'["{stored["result"]}"]'}),
+    ):
+        assert refused.status_code == 503, refused.text
+        assert "read-only copy" in refused.json()["error"]
+
+
 def test_missing_volume_at_start(mount) -> None:
     volume = mount("tmpfs", "size=4m,ro")  # /data not there and not creatable
     data_dir = volume.point / "data"
     server = ApiServer(data_dir, workers=1)
     try:
         with pytest.raises(RuntimeError, match="did not become healthy"):
-            server.start(timeout=5)
+            server.start(timeout=1)
         TALLY["volume faults: injected"] += 1
+        assert server.answers("healthz") == 503  # it runs, unhealthy
         assert "data directory not usable" in server.log()
         health = requests.get(server.url + "healthz")
         assert health.status_code == 503 and str(data_dir) in health.json()["reason"]

@@ -1,4 +1,8 @@
-"""A real api under gunicorn on a loopback port, for integration tests and benchmarks."""
+"""A real api under gunicorn on a loopback port, for integration tests and benchmarks.
+
+gunicorn runs with this interpreter and finds ``zoscii_api`` and ``zosciimq`` where it is
+installed (``make venv`` installs both, editable); only its config file is read by path.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,13 +47,6 @@ class ApiServer:
             "ZOSCII_WORKERS": str(workers),
             "ZOSCII_THREADS": str(threads),
             "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
-            "PYTHONPATH": os.pathsep.join(
-                [
-                    str(REPO / "src"),
-                    str(REPO / "services" / "api"),
-                    os.environ.get("PYTHONPATH", ""),
-                ]
-            ),
             **(env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
@@ -80,17 +78,53 @@ class ApiServer:
         assert self.process is not None
         return [child.pid for child in psutil.Process(self.process.pid).children()]
 
+    def wait_for_workers(self, count: int, timeout: float = 30.0) -> list[int]:
+        """The worker pids once there are ``count``: ``start()`` returns as soon as one
+        answers, and the master forks the others one after another."""
+        deadline = time.monotonic() + timeout
+        while len(pids := self.worker_pids()) != count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(pids)} workers, not {count}:\n{self.log()}")
+            time.sleep(0.02)
+        return pids
+
     def kill(self) -> None:
         """kill -9 of the whole process group: master and workers, no goodbye."""
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+    def answers(self, path: str = "healthz", timeout: float = 30.0) -> int:
+        """Wait until the server answers ``path`` at all; its status (503 included)."""
+        deadline = time.monotonic() + timeout
+        while True:
             try:
-                self.process.wait(timeout=15)
+                with urllib.request.urlopen(self.url + path, timeout=1) as reply:
+                    return reply.status
+            except urllib.error.HTTPError as error:
+                return error.code
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"api does not answer:\n{self.log()}") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """The end of a test's server: kill -9, as ``kill()``.
+
+        A test stops its server once its requests are answered, and what the api
+        acknowledged is on disk by then (the kill -9 tests hold it to that). A graceful
+        stop (SIGTERM) keeps every worker 2 s longer for connections kept alive; a quick
+        one (``shut_down``) takes a third of a second.
+        """
+        self.kill()
+
+    def shut_down(self, timeout: float = 10.0) -> None:
+        """gunicorn's quick shutdown (SIGQUIT): every worker logs its last lines and exits,
+        and so does the master; kill -9 for what is still there after ``timeout``."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGQUIT)
+            try:
+                self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
 

@@ -12,30 +12,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from flask import Request, Response
+from werkzeug.wrappers import Request, Response
 
 from zoscii_api.auth import Client
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams
 from zoscii_api.responses import batch_response, envelope, message_response
-from zoscii_api.settings import ApiSettings
+from zoscii_api.settings import QUEUE_ACTIONS, ApiSettings
 from zoscii_api.waiting import QueueWatcher
-from zosciimq.core import DataStore, FetchResult, InvalidInput, QueueStore, Upload, parse_name
+from zoscii_api.work import WorkActions
+from zosciimq.core import (
+    DataStore,
+    FetchResult,
+    InvalidInput,
+    QueueStore,
+    Upload,
+    parse_name,
+)
 from zosciimq.core.names import clean_nonce, clean_pointer, clean_queue, clean_retention
+from zosciimq.core.nonces import scoped
+from zosciimq.core.queues import Outgoing
+from zosciimq.errors import ActionDisabled, MissingMessage, QueueBlocked
 
 MAX_IDENTIFY_NAMES = 10_000
-
-
-class ActionDisabled(InvalidInput):
-    """An action switched off by ZOSCII_ACTIONS (the original's ALLOW_* switches)."""
-
-
-class QueueBlocked(InvalidInput):
-    """A publish to a queue on ZOSCII_BLOCKED_QUEUES."""
-
-
-class MissingMessage(InvalidInput):
-    """publish or store without ``msg``."""
 
 
 @dataclass
@@ -45,6 +44,7 @@ class Actions:
     store: DataStore
     metrics: ApiMetrics
     watcher: QueueWatcher
+    work: WorkActions
 
     def handler(self, action: str) -> Callable[[Request, RequestParams], Response]:
         handlers = {
@@ -54,6 +54,11 @@ class Actions:
             "retrieve": self.retrieve,
             "scan": self.scan,
             "identify": self.identify,
+            "consume": self.work.consume,
+            "ack": self.work.ack,
+            "requeue": self.work.requeue,
+            "deadletter": self.work.deadletter,
+            "extend": self.work.extend,
         }
         if action not in handlers:
             raise InvalidInput(f"Unknown action '{action[:40]}'.")
@@ -65,7 +70,7 @@ class Actions:
         """Access control (a no-op when it is off); queue actions check the cleaned name."""
         if client is None:
             return
-        queue = self.check_queue(action, raw_queue) if action in ("publish", "fetch") else None
+        queue = self.check_queue(action, raw_queue) if action in QUEUE_ACTIONS else None
         self.settings.access.authorize(client, action, queue)
 
     def check_queue(self, action: str, raw_queue: str | None) -> str:
@@ -79,15 +84,57 @@ class Actions:
     def publish(self, request: Request, params: RequestParams) -> Response:
         queue = self.check_queue("publish", params.text("q"))
         retention = clean_retention(params.text("r"), self.settings.core.default_retention_days)
-        nonce = clean_nonce(params.text("n"))
+        if params.batch is not None:
+            return self._publish_batch(request, queue, retention, params)
+        nonce = _nonce(request, params.text("n"))
         upload = _require_message(params)
-        result = self.queues.publish(queue, upload, retention_days=retention, nonce=nonce)
+        message = Outgoing(upload, retention, nonce, _expiry(params.text("ttl")))
+        (result,) = self.queues.publish_many(queue, [message])
         if result.duplicate:
             return envelope(message="Nonce already used.")
         self.watcher.notify(queue)
         self.metrics.published.labels(queue).inc()
         self.metrics.received_bytes.labels("publish").inc(upload.size)
         return envelope(message="Message published.")
+
+    def _publish_batch(
+        self, request: Request, queue: str, retention: int, params: RequestParams
+    ) -> Response:
+        """Every ``msg`` part is a message: one commit, contiguous names, all or nothing.
+
+        A part's ``X-ZOSCII-Nonce`` and ``X-ZOSCII-Retention`` headers are its own nonce
+        and retention (``r`` is the default for the others; ``n`` only for a batch of
+        one, so a client probing with one message can send a nonce the original also
+        understands). The reply's result lists the names given, in order, with null for
+        a message whose nonce had been used (before, or by an earlier part). The batch's
+        size limits were enforced while it arrived (params).
+        """
+        parts = params.batch or []
+        if not parts:
+            raise MissingMessage("A batch needs at least one 'msg' part.")
+        shared_nonce = _nonce(request, params.text("n"))
+        if shared_nonce and len(parts) > 1:
+            raise InvalidInput("A batch takes one nonce per message (X-ZOSCII-Nonce), not 'n'.")
+        messages = []
+        for number, part in enumerate(parts, 1):
+            try:
+                nonce = _nonce(request, part.headers.get("X-ZOSCII-Nonce")) or shared_nonce
+                days = clean_retention(part.headers.get("X-ZOSCII-Retention"), retention)
+                expires_at = _expiry(part.headers.get("X-ZOSCII-TTL", params.text("ttl")))
+            except InvalidInput as exc:
+                raise InvalidInput(f"Message {number} of the batch: {exc}") from None
+            messages.append(Outgoing(part.upload, days, nonce, expires_at))
+        names = [result.name for result in self.queues.publish_many(queue, messages)]
+        published = sum(name is not None for name in names)
+        if published:
+            self.watcher.notify(queue)
+        self.metrics.published.labels(queue).inc(published)
+        self.metrics.received_bytes.labels("publish").inc(sum(p.upload.size for p in parts))
+        repeats = len(names) - published
+        message = f"{published} message(s) published." + (
+            f" {repeats} nonce(s) already used." if repeats else ""
+        )
+        return envelope(message=message, result=names)
 
     def fetch(self, request: Request, params: RequestParams) -> Response:
         """The next message; with ``count`` a batch, with ``wait`` a long-poll.
@@ -155,7 +202,7 @@ class Actions:
     # --- the store ---------------------------------------------------------------------
     def store_message(self, request: Request, params: RequestParams) -> Response:
         retention = clean_retention(params.text("r"), self.settings.core.default_retention_days)
-        nonce = clean_nonce(params.text("n"))
+        nonce = _nonce(request, params.text("n"))
         unidentified = _flag(params.text("u"), "u")
         upload = _require_message(params)
         result = self.store.store(
@@ -195,6 +242,18 @@ class Actions:
         parsed = [parse_name(_basename_check(n, "names")) for n in names]
         renamed = self.store.identify(parsed)
         return envelope(message="Returned messages identified.", result=renamed)
+
+
+def _nonce(request: Request, raw: str | None) -> str | None:
+    """The clean nonce, kept to its client's own requests when access control is on
+    (``zoscii.client``, set by the endpoint): a partner cannot use up another's nonces."""
+    return scoped(clean_nonce(raw), request.environ.get("zoscii.client"))
+
+
+def _expiry(raw: str | None) -> float | None:
+    """``ttl`` seconds from now as a Unix time; absent or 0: no expiry (PHPMQ's 0)."""
+    seconds = _whole_number(raw, "ttl")
+    return time.time() + seconds if seconds else None
 
 
 def _require_message(params: RequestParams) -> Upload:

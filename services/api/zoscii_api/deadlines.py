@@ -31,15 +31,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from zosciimq.core import ZosciiError
+from zosciimq.errors import ClientTooSlow
 
 log = logging.getLogger("zoscii.api.deadlines")
 
 SocketOf = Callable[[], socket.socket | None]
-
-
-class ClientTooSlow(ZosciiError):
-    """The client did not send its request within the time allowed (408)."""
 
 
 @dataclass

@@ -24,19 +24,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
-from zoscii_api.auth import AccessControl, Client, Unauthenticated
-from zosciimq.core import ZosciiError
+from zoscii_api.auth import AccessControl, Client
+from zosciimq.errors import RateLimited, Unauthenticated
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class RateLimited(ZosciiError):
-    """Over the client's request rate (429); ``retry_after`` in whole seconds."""
-
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class TokenBuckets:

@@ -6,47 +6,54 @@ body, since a stored message may itself be JSON.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from flask import Request, Response
+from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import wrap_file
 
-from zosciimq.core import InvalidInput
+from zosciimq.errors import RangeNotSatisfiable
 
 SYSTEM = "ZOSCII MQ"
 VERSION = "1.0"
 READ_CHUNK = 1 << 20
-
-
-class RangeNotSatisfiable(InvalidInput):
-    """An offset at or past the end, or an HTTP Range outside the message."""
+SMALL_MESSAGE = 64 << 10  # sent from memory; larger ones with sendfile
 
 
 def envelope(
     *, error: str = "", message: str = "", result: Any = None, status: int = 200
 ) -> Response:
-    body = {
+    if result is None and not error:
+        body = _plain_envelope(message)  # the frequent replies ("Message published.")
+    else:
+        body = _encode(error, message, [] if result is None else result)
+    return Response(body, status=status, mimetype="application/json")
+
+
+def _encode(error: str, message: str, result: Any) -> bytes:
+    document = {
         "system": SYSTEM,
         "version": VERSION,
         "error": error,
         "message": message,
-        "result": [] if result is None else result,
+        "result": result,
     }
-    return Response(
-        json.dumps(body, separators=(",", ":")) + "\n",
-        status=status,
-        mimetype="application/json",
-    )
+    return (json.dumps(document, separators=(",", ":")) + "\n").encode()
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_envelope(message: str) -> bytes:
+    return _encode("", message, [])
 
 
 def message_response(
     request: Request, name: str, file: BinaryIO, size: int, *, offset: int, length: int
 ) -> Response:
-    """The whole message (zero-copy sendfile under gunicorn), or a part of it.
+    """The whole message (zero-copy sendfile under gunicorn when it is large), or a part.
 
     ``offset``/``length`` is the original's partial read; HTTP ``Range`` is parsed by
     werkzeug. Either way the bytes come from the already-open file, so a message the
@@ -72,6 +79,12 @@ def message_response(
         start, stop = span
         headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
         return _part(file, start, stop, headers, status=206)
+    if size <= SMALL_MESSAGE:  # one read beats setting up sendfile for a few KB
+        try:
+            data = os.pread(file.fileno(), size, 0)
+        finally:
+            file.close()
+        return Response(data, mimetype="application/octet-stream", headers=headers)
     response = Response(
         wrap_file(request.environ, file, READ_CHUNK),
         mimetype="application/octet-stream",
@@ -107,7 +120,10 @@ def _read_span(file: BinaryIO, start: int, stop: int) -> Iterator[bytes]:
         file.close()
 
 
-def batch_response(messages: list[tuple[str, BinaryIO, int]]) -> Response:
+def batch_response(
+    messages: list[tuple[str, BinaryIO, int]],
+    part_headers: list[dict[str, str]] | None = None,
+) -> Response:
     """Several messages in one ``multipart/mixed`` reply, each part exactly as fetch sends it.
 
     Every part carries ``Content-Disposition: attachment; filename="<name>"`` and its
@@ -116,14 +132,16 @@ def batch_response(messages: list[tuple[str, BinaryIO, int]]) -> Response:
     The total length is known before the first byte, so it is sent as Content-Length.
     """
     boundary = f"zoscii-{uuid.uuid4().hex}"
+    extra = part_headers or [{} for _ in messages]
     heads = [
         (
             f"--{boundary}\r\n"
             "Content-Type: application/octet-stream\r\n"
             f'Content-Disposition: attachment; filename="{name}"\r\n'
-            f"Content-Length: {size}\r\n\r\n"
+            + "".join(f"{key}: {value}\r\n" for key, value in more.items())
+            + f"Content-Length: {size}\r\n\r\n"
         ).encode("ascii")
-        for name, _, size in messages
+        for (name, _, size), more in zip(messages, extra, strict=True)
     ]
     closing = f"--{boundary}--\r\n".encode("ascii")
     total = sum(len(h) + size + 2 for h, (_, _, size) in zip(heads, messages, strict=True))

@@ -9,41 +9,84 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zoscii_api.auth import AccessControl, load_access_control
-from zosciimq.settings import (
-    CoreSettings,
-    SettingsError,
-    env_float,
-    env_int,
-    env_list,
-    env_str,
-)
+from zosciimq.settings import CoreSettings, SettingsError, env_field, read_env
 
-ACTIONS = ("publish", "fetch", "store", "retrieve", "scan", "identify")
+ACTIONS = (
+    "publish",
+    "fetch",
+    "store",
+    "retrieve",
+    "scan",
+    "identify",
+    "consume",
+    "ack",
+    "requeue",
+    "deadletter",
+    "extend",
+)
+# The actions on one queue, checked against the client's patterns: publish against its
+# write patterns, the others (reading, and working through a consumer group) its read.
+QUEUE_ACTIONS = frozenset({"publish", "fetch", "consume", "ack", "requeue", "deadletter", "extend"})
+
+
+def _actions(raw: str) -> frozenset[str]:
+    actions = frozenset(a.strip().lower() for a in raw.split(",") if a.strip())
+    unknown = actions - set(ACTIONS)
+    if unknown:
+        raise SettingsError(f"ZOSCII_ACTIONS: unknown action(s) {sorted(unknown)}")
+    return actions
+
+
+def _queues(raw: str) -> frozenset[str]:
+    return frozenset(q.strip().lower() for q in raw.split(",") if q.strip())
+
+
+def _networks(raw: str) -> tuple[str, ...]:
+    items = tuple(item.strip() for item in raw.split(",") if item.strip())
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise SettingsError(f"ZOSCII_TRUSTED_PROXIES: {item!r} is not an address") from None
+    return items
 
 
 @dataclass(frozen=True)
 class ApiSettings:
+    """Every ``ZOSCII_*`` setting of the api, with its one default (``.env.example``)."""
+
     core: CoreSettings = field(default_factory=CoreSettings)
-    max_message_bytes: int = 1 << 30  # 1 GiB
-    max_field_bytes: int = 1 << 20  # any parameter other than msg
-    enabled_actions: frozenset[str] = frozenset(ACTIONS)
-    blocked_queues: frozenset[str] = frozenset()
-    bind: str = "0.0.0.0:8080"
-    workers: int = 2
-    threads: int = 32
-    timeout_seconds: int = 120
-    max_wait_seconds: int = 30  # long-poll cap; 0 switches long-poll off
-    wait_poll_ms: int = 10  # how often other processes' publishes are looked for
-    max_batch_count: int = 1000
-    max_batch_bytes: int = 64 << 20
-    tls_cert: str = ""
-    tls_key: str = ""
-    rate_limit: float = 0.0  # requests per second per client and worker; 0 = off
-    rate_burst: int = 0  # 0 = one second's worth
-    trusted_proxies: tuple[str, ...] = ()  # peers whose X-Forwarded-For is believed
-    header_timeout_seconds: int = 20  # the whole request head
-    body_timeout_seconds: int = 60  # the body: this long, plus 1 s per body_min_rate bytes
-    body_min_rate: int = 500
+    max_message_bytes: int = env_field("ZOSCII_MAX_MESSAGE_BYTES", 1 << 30, minimum=1)
+    max_field_bytes: int = env_field("ZOSCII_MAX_FIELD_BYTES", 1 << 20, minimum=1024)
+    enabled_actions: frozenset[str] = env_field(
+        "ZOSCII_ACTIONS", frozenset(ACTIONS), parse=_actions
+    )
+    blocked_queues: frozenset[str] = env_field("ZOSCII_BLOCKED_QUEUES", frozenset(), parse=_queues)
+    bind: str = env_field("ZOSCII_BIND", "0.0.0.0:8080")
+    workers: int = env_field("ZOSCII_WORKERS", 2, minimum=1, maximum=256)
+    threads: int = env_field("ZOSCII_THREADS", 32, minimum=1, maximum=1024)
+    timeout_seconds: int = env_field("ZOSCII_TIMEOUT_SECONDS", 120, minimum=1)
+    max_wait_seconds: int = env_field("ZOSCII_MAX_WAIT_SECONDS", 30, minimum=0, maximum=3600)
+    wait_poll_ms: int = env_field("ZOSCII_WAIT_POLL_MS", 10, minimum=1, maximum=10_000)
+    max_batch_count: int = env_field("ZOSCII_MAX_BATCH_COUNT", 1000, minimum=1)
+    max_batch_bytes: int = env_field("ZOSCII_MAX_BATCH_BYTES", 64 << 20, minimum=1)
+    tls_cert: str = env_field("ZOSCII_TLS_CERT", "")
+    tls_key: str = env_field("ZOSCII_TLS_KEY", "")
+    rate_limit: float = env_field("ZOSCII_RATE_LIMIT", 0.0, minimum=0.0)  # per client, 0: off
+    rate_burst: int = env_field("ZOSCII_RATE_BURST", 0, minimum=0)  # 0: one second's worth
+    trusted_proxies: tuple[str, ...] = env_field(
+        "ZOSCII_TRUSTED_PROXIES", (), parse=_networks
+    )  # peers whose X-Forwarded-For is believed
+    header_timeout_seconds: int = env_field("ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1)
+    # The body gets this long, plus 1 s per body_min_rate bytes received.
+    body_timeout_seconds: int = env_field("ZOSCII_BODY_TIMEOUT_SECONDS", 60, minimum=1)
+    body_min_rate: int = env_field("ZOSCII_BODY_MIN_RATE", 500, minimum=1)
+    lease_seconds: int = env_field("ZOSCII_LEASE_SECONDS", 30, minimum=1, maximum=86_400)
+    max_lease_seconds: int = env_field("ZOSCII_MAX_LEASE_SECONDS", 3600, minimum=1)
+    max_deliveries: int = env_field("ZOSCII_MAX_DELIVERIES", 5, minimum=1, maximum=1000)
+    # A read-only copy (disaster recovery): fetch, retrieve and scan only; healthy when
+    # the data is readable; every write answers 503 without reading its body.
+    read_only: bool = env_field("ZOSCII_READ_ONLY", False)
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
 
     @property
@@ -58,40 +101,4 @@ class ApiSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
         env = os.environ if env is None else env
-        actions = frozenset(a.lower() for a in env_list(env, "ZOSCII_ACTIONS", ACTIONS))
-        unknown = actions - set(ACTIONS)
-        if unknown:
-            raise SettingsError(f"ZOSCII_ACTIONS: unknown action(s) {sorted(unknown)}")
-        return cls(
-            core=CoreSettings.from_env(env),
-            max_message_bytes=env_int(env, "ZOSCII_MAX_MESSAGE_BYTES", 1 << 30, minimum=1),
-            max_field_bytes=env_int(env, "ZOSCII_MAX_FIELD_BYTES", 1 << 20, minimum=1024),
-            enabled_actions=actions,
-            blocked_queues=frozenset(q.lower() for q in env_list(env, "ZOSCII_BLOCKED_QUEUES", ())),
-            bind=env_str(env, "ZOSCII_BIND", "0.0.0.0:8080"),
-            workers=env_int(env, "ZOSCII_WORKERS", 2, minimum=1, maximum=256),
-            threads=env_int(env, "ZOSCII_THREADS", 32, minimum=1, maximum=1024),
-            timeout_seconds=env_int(env, "ZOSCII_TIMEOUT_SECONDS", 120, minimum=1),
-            max_wait_seconds=env_int(env, "ZOSCII_MAX_WAIT_SECONDS", 30, maximum=3600),
-            wait_poll_ms=env_int(env, "ZOSCII_WAIT_POLL_MS", 10, minimum=1, maximum=10_000),
-            max_batch_count=env_int(env, "ZOSCII_MAX_BATCH_COUNT", 1000, minimum=1),
-            max_batch_bytes=env_int(env, "ZOSCII_MAX_BATCH_BYTES", 64 << 20, minimum=1),
-            tls_cert=env_str(env, "ZOSCII_TLS_CERT", ""),
-            tls_key=env_str(env, "ZOSCII_TLS_KEY", ""),
-            rate_limit=env_float(env, "ZOSCII_RATE_LIMIT", 0.0),
-            rate_burst=env_int(env, "ZOSCII_RATE_BURST", 0),
-            trusted_proxies=_networks(env_list(env, "ZOSCII_TRUSTED_PROXIES", ())),
-            header_timeout_seconds=env_int(env, "ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1),
-            body_timeout_seconds=env_int(env, "ZOSCII_BODY_TIMEOUT_SECONDS", 60, minimum=1),
-            body_min_rate=env_int(env, "ZOSCII_BODY_MIN_RATE", 500, minimum=1),
-            access=load_access_control(env),
-        )
-
-
-def _networks(items: tuple[str, ...]) -> tuple[str, ...]:
-    for item in items:
-        try:
-            ipaddress.ip_network(item, strict=False)
-        except ValueError:
-            raise SettingsError(f"ZOSCII_TRUSTED_PROXIES: {item!r} is not an address") from None
-    return items
+        return read_env(cls, env, core=CoreSettings.from_env(env), access=load_access_control(env))

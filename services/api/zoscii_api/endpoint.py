@@ -1,0 +1,264 @@
+"""The protocol endpoint at ``/`` and ``/index.php``: one URL, dispatched by ``action``.
+
+It is mounted in front of the Flask app as WSGI middleware (``app.wsgi_app``) and works
+on werkzeug's Request and Response directly. Flask's routing, contexts and response
+finalising cost about as much as gunicorn itself (measured: a bare werkzeug handler
+answers 1.6x the requests of the same handler as a Flask view) and buy nothing here: the
+endpoint is a single URL whose dispatch is by parameter, and every publish and fetch
+goes through it. The operations routes (/healthz, /metrics, /openapi.yaml) stay Flask
+views.
+
+Request flow, one way: HTTP (this module, params, responses) -> actions -> core -> disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from werkzeug.wrappers import Request, Response
+
+from zoscii_api.actions import Actions
+from zoscii_api.auth import Client
+from zoscii_api.deadlines import Watchdog, body_deadline
+from zoscii_api.metrics import ApiMetrics
+from zoscii_api.params import query_fields, read_params
+from zoscii_api.ratelimit import Admission
+from zoscii_api.responses import envelope
+from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
+from zosciimq.core import DataDir, Upload
+from zosciimq.errors import InvalidInput, ReadOnly, TooLarge, WrongMethod, ZosciiError
+
+log = logging.getLogger("zoscii.api")
+
+PATHS = frozenset({"/", "/index.php"})
+METHODS = frozenset({"GET", "POST", "HEAD"})
+WRITE_ACTIONS = frozenset(
+    {"publish", "store", "identify", "ack", "requeue", "deadletter", "extend", "consume"}
+)
+WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.yaml\n"
+FORM_OVERHEAD = 3  # urlencoding at most triples a message
+_TOKEN = re.compile(r"[A-Za-z0-9._:-]+")
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class Endpoint:
+    """The WSGI app of the protocol endpoint."""
+
+    def __init__(
+        self,
+        settings: ApiSettings,
+        data_dir: DataDir,
+        actions: Actions,
+        admission: Admission,
+        metrics: ApiMetrics,
+    ) -> None:
+        self.settings = settings
+        self.data_dir = data_dir
+        self.actions = actions
+        self.admission = admission
+        self.metrics = metrics
+        self.watchdog = Watchdog(name="body-deadlines")
+
+    def mount(self, other: WsgiApp) -> WsgiApp:
+        """A WSGI app that serves the endpoint's paths here and everything else by ``other``."""
+
+        def dispatch(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+            if environ.get("PATH_INFO") in PATHS:
+                return self(environ, start_response)
+            return other(environ, start_response)
+
+        return dispatch
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter()
+        request_id = _request_id(environ.get("HTTP_X_REQUEST_ID", ""))
+        environ["zoscii.request_id"] = request_id
+        request = Request(environ)
+        if request.method not in METHODS:
+            response = envelope(error="Method not allowed: use GET or POST.", status=405)
+            response.headers["Allow"] = "GET, HEAD, POST"
+        else:
+            response = self._answer(request)
+        response.headers["X-Request-ID"] = request_id
+        label = environ.get("zoscii.action", "none")
+        self.metrics.requests.labels(label, str(response.status_code)).inc()
+        self.metrics.latency.labels(label).observe(time.perf_counter() - started)
+        return response(environ, start_response)
+
+    def _answer(self, request: Request) -> Response:
+        try:
+            return self._handle(request)
+        except ZosciiError as exc:
+            request.environ.setdefault("zoscii.action", "invalid")
+            return error_response(exc)
+        except OSError as exc:
+            request.environ.setdefault("zoscii.action", "invalid")
+            return self._volume_fault(exc, request.environ["zoscii.action"])
+        except Exception:
+            action = request.environ.setdefault("zoscii.action", "invalid")
+            log.exception("unexpected error in %s", action)
+            return envelope(error="Internal server error.", status=500)
+
+    def _handle(self, request: Request) -> Response:
+        environ = request.environ
+        settings = self.settings
+        raw_query = environ.get("QUERY_STRING", "").encode("latin-1")
+        query = query_fields(raw_query, settings.max_field_bytes)
+        client = self.admission.admit(environ, environ.get("HTTP_AUTHORIZATION"))
+        if client is not None:
+            environ["zoscii.client"] = client.name  # nonces are kept to their client
+        # Everything that can be decided before reading a body that may be 1 GB is
+        # decided first: its size, and action and q when the URL has them.
+        self._check_size(request, query)
+        has_body = _has_body(request)
+        if has_body and not _is_form(request.content_type):
+            _check_raw_body(query)
+        if query.get("action"):
+            self._admit(request, _text(query, "action"), _text(query, "q"), client)
+
+        def before_message(fields: dict[str, bytes]) -> None:
+            """Called as the message starts to arrive: nothing of it is written before
+            the action and queue it is for are known and allowed."""
+            known = {**query, **fields}
+            action = _text(known, "action")
+            if not action:
+                if client is None:
+                    return  # no access control: judged after the body, as the original
+                raise InvalidInput(
+                    "Send 'action' (and 'q') before the message: in the query string, or as "
+                    "form fields ahead of the 'msg' part."
+                )
+            self._admit(request, action, _text(known, "q"), client)
+
+        with body_deadline(
+            environ,
+            self.watchdog,
+            timeout=settings.body_timeout_seconds,
+            min_rate=settings.body_min_rate,
+        ):
+            params = read_params(
+                query=query,
+                content_type=request.content_type,
+                content_length=request.content_length,
+                stream=request.stream,
+                has_body=has_body,
+                new_upload=lambda: Upload(self.data_dir, settings.max_message_bytes),
+                max_field_bytes=settings.max_field_bytes,
+                max_batch_parts=settings.max_batch_count,
+                max_batch_bytes=settings.max_batch_bytes,
+                before_message=before_message,
+            )
+        try:
+            action = params.text("action")
+            if not action:
+                return Response(WELCOME, mimetype="text/plain")
+            self._admit(request, action, params.text("q"), client)
+            return self.actions.handler(action)(request, params)
+        finally:
+            params.close()
+
+    def _check_size(self, request: Request, query: dict[str, bytes]) -> None:
+        settings = self.settings
+        limit = settings.max_message_bytes * FORM_OVERHEAD + settings.max_field_bytes
+        if query.get("batch") == b"1":
+            limit = max(limit, settings.max_batch_bytes * FORM_OVERHEAD)
+        if request.content_length and request.content_length > limit:
+            request.environ["zoscii.action"] = _action_label(_text(query, "action"))
+            raise TooLarge(
+                f"Message larger than the maximum of {settings.max_message_bytes} bytes."
+            )
+
+    def _admit(
+        self, request: Request, action: str, raw_queue: str | None, client: Client | None
+    ) -> None:
+        """May this request run ``action`` (on ``raw_queue``)? Raises why not.
+
+        Checked up to three times (the URL, the start of the message, the whole form),
+        the later ones with what the body added; a form field overrides the URL.
+        """
+        environ = request.environ
+        environ["zoscii.action"] = _action_label(action)
+        self.actions.handler(action)  # unknown or switched off
+        if action in WRITE_ACTIONS:
+            if self.settings.read_only:
+                raise ReadOnly("This server serves a read-only copy: writes are refused.")
+            if request.method == "HEAD":
+                raise WrongMethod(f"Action '{action}' changes data: use GET or POST, not HEAD.")
+        if action in QUEUE_ACTIONS:
+            if raw_queue is None and client is None:
+                return  # a missing q is reported by the action itself
+            environ["zoscii.queue"] = self.actions.check_queue(action, raw_queue)
+        self.actions.authorize(client, action, raw_queue)
+
+    def _volume_fault(self, exc: OSError, action: str) -> Response:
+        """An OSError the core does not classify: 503 when the data volume cannot take
+        writes (the reason /healthz gives), otherwise an unexpected error."""
+        if self.settings.read_only:
+            return error_response(
+                ReadOnly("This server serves a read-only copy: writes are refused.")
+            )
+        problem = self.data_dir.check_writable()
+        if problem is None:
+            log.exception("unexpected error in %s", action)
+            return envelope(error="Internal server error.", status=500)
+        log.error("%s failed, data volume not usable: %s (%s)", action, problem, exc)
+        response = envelope(error="The data volume is not writable; try again later.", status=503)
+        response.headers["Retry-After"] = "5"
+        return response
+
+
+def error_response(exc: ZosciiError) -> Response:
+    """The envelope with the error's own status and headers (``zosciimq.errors``)."""
+    response = envelope(error=str(exc), status=exc.status)
+    response.headers.update(exc.headers())
+    return response
+
+
+def _text(fields: dict[str, bytes], name: str) -> str | None:
+    value = fields.get(name)
+    return None if value is None else value.decode("latin-1")
+
+
+def _has_body(request: Request) -> bool:
+    """A declared body, even of length 0 (an empty raw message), or a chunked one."""
+    return (
+        bool(request.content_length)
+        or (request.method == "POST" and bool(request.content_type))
+        or "chunked" in request.environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+    )
+
+
+def _is_form(content_type: str | None) -> bool:
+    mimetype = (content_type or "").split(";", 1)[0].strip().lower()
+    return mimetype in ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _check_raw_body(query: dict[str, bytes]) -> None:
+    """A body that is not a form is a message: only publish and store take one, and the
+    URL must say which before a byte of it is read."""
+    action = _text(query, "action")
+    if action not in ("publish", "store"):
+        raise InvalidInput(
+            "A body that is not a form is the message of a publish or store: put "
+            "action=publish (with q) or action=store in the query string."
+        )
+
+
+def _request_id(given: str) -> str:
+    """The caller's X-Request-ID when it is a plain token (so logs can join a proxy's),
+    else a new one: it goes into log lines, so nothing else is taken from the client."""
+    if 0 < len(given) <= 64 and _TOKEN.fullmatch(given):
+        return given
+    return os.urandom(8).hex()
+
+
+def _action_label(action: str) -> str:
+    """Bounded label values: an attacker's action names must not grow /metrics."""
+    return action if action in ACTIONS else "invalid"

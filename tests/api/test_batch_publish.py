@@ -1,0 +1,149 @@
+"""Batch publish over HTTP: ``batch=1`` and one ``msg`` part per message (PROTOCOL.md 3)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from tests.support.api_app import body, drain, make_client
+from zosciimq.core import Upload
+
+BINARY = bytes(range(256)) * 3 + b"\r\n--not-a-boundary\r\n"
+
+
+def multipart(parts: list[tuple[bytes, dict[str, str]]], fields=()) -> tuple[bytes, str]:
+    """A multipart body: form fields first, then one ``msg`` file part per message."""
+    boundary = f"b-{uuid.uuid4().hex}"
+    out = b""
+    for name, value in fields:
+        out += (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+        ).encode()
+    for number, (data, headers) in enumerate(parts):
+        head = (
+            f"--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="msg"; filename="m{number}"\r\n'
+            "Content-Type: application/octet-stream\r\n"
+        )
+        head += "".join(f"{key}: {value}\r\n" for key, value in headers.items())
+        out += head.encode() + b"\r\n" + data + b"\r\n"
+    return out + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def post_batch(client, queue: str, parts, *, query: str = "batch=1", fields=()):
+    data, content_type = multipart(parts, fields)
+    return client.post(f"/?action=publish&q={queue}&{query}", data=data, content_type=content_type)
+
+
+def test_a_batch_publishes_every_part_in_order_byte_exact(client) -> None:
+    messages = [BINARY, b"", b"second", os.urandom(5000)]
+    reply = post_batch(client, "orders", [(m, {}) for m in messages])
+    document = body(reply)
+    assert reply.status_code == 200 and document["error"] == ""
+    names = document["result"]
+    assert len(names) == 4 and names == sorted(names)
+    assert drain(client, "orders") == list(zip(names, messages, strict=True))
+
+
+def test_batch_may_be_a_form_field_before_the_messages(client) -> None:
+    data, content_type = multipart([(b"a", {}), (b"b", {})], [("batch", "1"), ("q", "orders")])
+    reply = client.post("/?action=publish", data=data, content_type=content_type)
+    assert len(body(reply)["result"]) == 2
+    assert [m for _, m in drain(client, "orders")] == [b"a", b"b"]
+
+
+def test_each_part_has_its_own_nonce_and_retention(client) -> None:
+    parts = [
+        (b"a", {"X-ZOSCII-Nonce": "order-1", "X-ZOSCII-Retention": "7"}),
+        (b"b", {}),
+        (b"c", {"X-ZOSCII-Nonce": "order-3"}),
+    ]
+    first = body(post_batch(client, "orders", parts, query="batch=1&r=30"))["result"]
+    assert [name[19:23] for name in first] == ["0007", "0030", "0030"]
+    again = body(post_batch(client, "orders", parts))
+    assert again["result"][0] is None and again["result"][2] is None  # nonces already used
+    assert again["result"][1] is not None  # no nonce: a new message
+    assert [m for _, m in drain(client, "orders")] == [b"a", b"b", b"c", b"b"]
+
+
+@pytest.mark.parametrize(
+    ("parts", "query", "status"),
+    [
+        ([(b"a", {}), (b"b", {"X-ZOSCII-Nonce": "no spaces allowed"})], "batch=1", 400),
+        ([(b"a", {}), (b"b", {"X-ZOSCII-Retention": "10000"})], "batch=1", 400),
+        ([(b"a", {}), (b"b", {})], "batch=1&n=one-for-all", 400),  # n: a batch of one only
+        ([], "batch=1", 400),
+        ([(b"x" * 600, {}), (b"y", {})], "batch=1", 413),  # one part over max_message_bytes
+        ([(b"x" * 400, {})] * 4, "batch=1", 413),  # together over max_batch_bytes
+        ([(b"m", {})] * 6, "batch=1", 400),  # more parts than max_batch_count
+    ],
+)
+def test_a_bad_batch_is_an_error_and_writes_nothing(data_dir, parts, query, status) -> None:
+    client = make_client(data_dir, max_message_bytes=500, max_batch_bytes=1000, max_batch_count=5)
+    reply = post_batch(client, "orders", parts, query=query)
+    assert reply.status_code == status and body(reply)["error"]
+    assert not (data_dir / "queues" / "orders").exists() or not os.listdir(
+        data_dir / "queues" / "orders"
+    )
+    assert os.listdir(data_dir / "queues" / "temp") == []
+
+
+def test_n_is_the_nonce_of_a_batch_of_one(client) -> None:
+    """A client probing a server with one message sends ``n``, which the original
+    honours too, so a lost reply to the probe cannot store it twice anywhere."""
+    first = body(post_batch(client, "orders", [(b"probe", {})], query="batch=1&n=probe-1"))
+    assert first["result"][0] is not None
+    again = body(post_batch(client, "orders", [(b"probe", {})], query="batch=1&n=probe-1"))
+    assert again["result"] == [None]
+    assert [m for _, m in drain(client, "orders")] == [b"probe"]
+
+
+def test_a_batch_over_its_byte_limit_is_refused_while_it_arrives(data_dir) -> None:
+    """Not after spooling it all: the upload stops at the limit."""
+    client = make_client(data_dir, max_batch_bytes=1000, max_message_bytes=10**9)
+    seen: list[int] = []
+    real_write = Upload.write
+
+    def counting_write(self, chunk):
+        seen.append(len(chunk))
+        return real_write(self, chunk)
+
+    Upload.write = counting_write
+    try:
+        reply = post_batch(client, "orders", [(b"x" * 900, {}), (b"y" * 10**6, {})])
+    finally:
+        Upload.write = real_write
+    assert reply.status_code == 413
+    assert sum(seen) <= 1000, "the oversized batch was written to disk before the refusal"
+    assert os.listdir(data_dir / "queues" / "temp") == []
+
+
+def test_a_batch_needs_a_form_body(client, data_dir) -> None:
+    raw = client.post(
+        "/?action=publish&q=orders&batch=1", data=b"raw", content_type="application/octet-stream"
+    )
+    assert raw.status_code == 400
+    in_url = client.get("/?action=publish&q=orders&batch=1&msg=x")
+    assert in_url.status_code == 400
+    assert not (data_dir / "queues" / "orders").exists()
+    assert os.listdir(data_dir / "queues" / "temp") == []
+
+
+def test_urlencoded_repeated_msg_is_a_batch_too(client) -> None:
+    reply = client.post(
+        "/?action=publish&q=orders",
+        data="batch=1&msg=one&msg=%00%FF",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert len(body(reply)["result"]) == 2
+    assert [m for _, m in drain(client, "orders")] == [b"one", b"\x00\xff"]
+
+
+def test_without_batch_a_repeated_msg_is_one_message_as_in_the_original(client) -> None:
+    """PHP keeps the last of repeated fields: the original's clients see no change."""
+    data, content_type = multipart([(b"first", {}), (b"last", {})])
+    reply = client.post("/?action=publish&q=orders", data=data, content_type=content_type)
+    assert body(reply)["message"] == "Message published." and body(reply)["result"] == []
+    assert [m for _, m in drain(client, "orders")] == [b"last"]

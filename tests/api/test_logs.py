@@ -1,0 +1,53 @@
+"""The api's log lines: the shared text or JSON format, no message bytes, a request id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import requests
+
+from tests.support.api_server import ApiServer
+
+SECRET = "message-bytes-must-not-be-logged"
+
+
+def _lines(server: ApiServer) -> list[str]:
+    return server.log_path.read_text(errors="replace").splitlines()
+
+
+def test_json_lines_with_request_fields_and_no_query_string(tmp_path: Path) -> None:
+    server = ApiServer(tmp_path / "data", workers=1, env={"ZOSCII_LOG_FORMAT": "json"}).start()
+    try:
+        reply = requests.get(
+            server.url,
+            params={"action": "publish", "q": "orders", "msg": SECRET, "n": "nonce-1"},
+            headers={"X-Request-ID": "req-42"},
+            timeout=10,
+        )
+        assert reply.status_code == 200 and reply.headers["X-Request-ID"] == "req-42"
+        bad = requests.get(server.url, params={"action": "fetch", "q": "a b"}, timeout=10)
+        assert bad.status_code == 400 and len(bad.headers["X-Request-ID"]) == 16
+    finally:
+        server.shut_down()  # its goodbye lines are log lines too
+    records = [json.loads(line) for line in _lines(server) if line.startswith("{")]
+    assert records, "no JSON log lines"
+    assert all({"time", "level", "service", "message"} <= set(r) for r in records)
+    assert all(r["time"].endswith("Z") and r["service"] == "api" for r in records)
+    publish = next(r for r in records if r.get("request_id") == "req-42")
+    assert (publish["action"], publish["queue"], publish["status"]) == ("publish", "orders", 200)
+    assert publish["method"] == "GET" and publish["path"] == "/" and publish["duration_ms"] >= 0
+    assert any(r.get("status") == 400 and r.get("action") == "fetch" for r in records)
+    text = server.log_path.read_text(errors="replace")
+    assert SECRET not in text and "nonce-1" not in text
+
+
+def test_text_lines_by_default(tmp_path: Path) -> None:
+    server = ApiServer(tmp_path / "data", workers=1).start()
+    try:
+        requests.get(server.url, params={"action": "publish", "q": "q", "msg": SECRET}, timeout=10)
+    finally:
+        server.shut_down()  # its goodbye lines are log lines too
+    access = [line for line in _lines(server) if '"GET /"' in line]
+    assert access and " publish q 200 " in access[0]
+    assert SECRET not in server.log_path.read_text(errors="replace")
