@@ -6,14 +6,13 @@ import io
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.api_server import REPO, running_api
+from tests.support.api_server import running_api
 from zosciimq.cli import main
 
 
@@ -56,9 +55,8 @@ def cli(
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    """The environment of a ``python -m zosciimq.cli`` child: the source tree, no services."""
+    """The environment of a ``python -m zosciimq.cli`` child: no ZOSCII_ settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZOSCII_")}
-    env["PYTHONPATH"] = str(REPO / "src")
     env.update(extra)
     return env
 
@@ -75,7 +73,3 @@ def run_process(
         cwd="/",
     )
     return Run(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
-
-
-def queue_name() -> str:
-    return "q" + uuid.uuid4().hex[:12]

@@ -30,9 +30,14 @@ class CuttingProxy:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
-        with client, socket.create_connection(self.upstream) as server:
-            threading.Thread(target=_relay, args=(client, server, None), daemon=True).start()
-            _relay(server, client, self.reply_limit)
+        with client:
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:  # the api is gone: the client sees its connection die
+                return
+            with server:
+                threading.Thread(target=_relay, args=(client, server, None), daemon=True).start()
+                _relay(server, client, self.reply_limit)
 
 
 def _relay(source: socket.socket, sink: socket.socket, limit: int | None) -> None:

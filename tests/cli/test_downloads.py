@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tests.cli.conftest import cli_env, queue_name, run_process
+from tests.cli.conftest import cli_env, run_process
 from tests.cli.cutting_proxy import CuttingProxy
+from tests.support.queues import queue_name
 from zosciimq.cli.progress import ProgressBar
 from zosciimq.client import ZosciiClient
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Run, cli_env, queue_name, run_process
+from tests.cli.conftest import Run, cli_env, run_process
 from tests.support.api_server import running_api
+from tests.support.http_servers import QuietHandler, QuietHTTPServer
+from tests.support.queues import queue_name
 
 TOKEN = "ops-token-0123456789abcdef0123456789abcdef"
 CLIENTS = f"""
@@ -131,27 +131,22 @@ def canned() -> Iterator[tuple[str, dict]]:
     """A server that answers every request with the reply in ``reply`` (status, type, body)."""
     reply: dict = {}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
             self.send_response(reply["status"])
             self.send_header("Content-Type", reply["type"])
             self.send_header("Content-Length", str(len(reply["body"])))
             self.end_headers()
             self.wfile.write(reply["body"])
 
-        def do_POST(self) -> None:
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
             self.do_GET()
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = QuietHTTPServer(Handler).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", reply
+        yield f"http://127.0.0.1:{server.port}/", reply
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 @pytest.mark.parametrize(

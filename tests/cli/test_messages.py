@@ -10,20 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Run, queue_name, run_process
-from zosciimq.client import ZosciiClient
+from tests.cli.conftest import Run, run_process
+from tests.support.queues import queue_name, read_queue
 from zosciimq.core import parse_name
 
 ALL_BYTES = bytes(range(256))
-
-
-def read_queue(url: str, queue: str) -> list[tuple[str, bytes]]:
-    out, pointer = [], ""
-    with ZosciiClient(url) as client:
-        while (message := client.fetch(queue, pointer)) is not None:
-            out.append((message.name, message.data))
-            pointer = message.name
-    return out
 
 
 def one_json(result: Run) -> dict:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import queue_name
 from tests.support.api_server import REPO
+from tests.support.queues import queue_name
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ import pytest
 
 from tests.cli.conftest import Run, cli_env, run_process
 from tests.support.api_server import REPO
-from zosciimq.core import DataDir, QueueStore, Upload
+from tests.support.queues import publish_body
+from zosciimq.core import DataDir, QueueStore
 
 
 def data_dir_with(tmp_path: Path, retentions: list[int]) -> tuple[Path, list[Path]]:
@@ -20,9 +21,7 @@ def data_dir_with(tmp_path: Path, retentions: list[int]) -> tuple[Path, list[Pat
     queues = QueueStore(layout)
     paths = []
     for days in retentions:
-        with Upload(layout) as upload:
-            upload.write(b"payload")
-            name = queues.publish("jobs", upload, retention_days=days).name
+        name = publish_body(queues, "jobs", b"payload", days).name
         paths.append(layout.root / "queues" / "jobs" / name)
     return layout.root, paths
 
@@ -47,11 +46,23 @@ def test_run_passes_the_service_exit_code_through(
     assert cli("run", "claireup", "--no-such-flag").code == 2  # its usage error
 
 
-def test_run_of_a_service_that_is_not_installed_explains(tmp_path: Path) -> None:
-    result = run_process("run", "claireup", "--dry-run", env=cli_env())  # src only
+def test_run_of_a_service_that_is_not_installed_explains(
+    cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The services are installed in the test venv: here they are hidden from the CLI."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object):
+        return None if name.startswith("zoscii_") else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    result = cli("run", "claireup", "--dry-run")
     assert result.code == 1
-    assert "zoscii_claireup" in result.err and "PYTHONPATH" in result.err
-    as_json = run_process("--json", "run", "statissa", env=cli_env())
+    err = result.err if isinstance(result.err, str) else result.err.decode()
+    assert "zoscii_claireup" in err and "pip install ./services/claireup" in err
+    as_json = cli("--json", "run", "statissa")
     assert json.loads(as_json.out)["reason"] == "not_installed"
 
 

@@ -6,11 +6,8 @@ import hashlib
 import json
 import os
 import random
-import subprocess
-import sys
 import threading
 import tracemalloc
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,7 +18,8 @@ import requests
 
 from tests.replikate.fake_original import FakeOriginalServer
 from tests.replikate.hostile import BOUNDARY, LATER, LATEST, POINTER, HostileServer
-from tests.support.api_server import REPO
+from tests.support.publisher import publish_from_another_process
+from tests.support.queues import queue_name, read_queue
 from zosciimq.client import (
     BadHeaders,
     BadMessageName,
@@ -36,10 +34,6 @@ from zosciimq.client import (
     ZosciiClient,
 )
 from zosciimq.client.replies import READ_CHUNK, ReplyInfo
-
-
-def queue_name() -> str:
-    return "b" + uuid.uuid4().hex[:12]
 
 
 def payloads() -> list[bytes]:
@@ -57,14 +51,6 @@ def payloads() -> list[bytes]:
     while len(out) < 45:
         out.append(rng.randbytes(rng.choice((0, 1, 2, 100, 999, 1000, 1001, 4000, 20_000))))
     out[30] = rng.randbytes(300_000)  # over the smaller memory limits: spooled to a file
-    return out
-
-
-def singles(client: ZosciiClient, queue: str) -> list[tuple[str, bytes]]:
-    out, pointer = [], ""
-    while (message := client.fetch(queue, pointer)) is not None:
-        out.append((message.name, message.data))
-        pointer = message.name
     return out
 
 
@@ -88,7 +74,7 @@ def filled(api: tuple[str, Path]) -> tuple[str, list[tuple[str, bytes]]]:
     with ZosciiClient(api[0]) as client:
         for payload in payloads():
             client.publish(queue, payload, retention_days=2)
-        return queue, singles(client, queue)
+        return queue, read_queue(client, queue)
 
 
 @pytest.mark.parametrize(
@@ -286,8 +272,10 @@ def test_a_following_consumer_does_not_spin_on_a_server_without_long_poll(
     with ZosciiClient(original.url) as client:
         consumer = client.consume("orders", follow=True, poll_interval=0.2, stop=stop)
         threading.Timer(0.6, lambda: original.add("orders", b"second")).start()
-        threading.Timer(1.5, stop.set).start()
-        got = [message.data for message in consumer]
+        for message in consumer:
+            got.append(message.data)
+            if message.data == b"second":
+                stop.set()
     assert got == [b"first", b"second"]
     assert len(original.requests) <= 20  # about one per 0.2 s; a spinning loop: thousands
 
@@ -353,16 +341,6 @@ def test_a_multipart_reply_to_a_single_fetch_is_not_trusted(hostile: HostileServ
 
 
 # --- long-poll -----------------------------------------------------------------------------------
-def publish_from_another_process(data_dir: Path, queue: str, tag: str) -> str:
-    """Publish one message through the core in a separate process; its name."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.publisher", str(data_dir), queue, "1", tag],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "src")])},
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
-    return done.stdout.decode().split()[0]
 
 
 def test_a_waiting_consumer_receives_a_message_published_by_another_process(
@@ -400,13 +378,13 @@ def test_a_waiting_consumer_receives_a_message_published_by_another_process(
     assert fetch_params(sent[1])["wait"] == "25" and "count" in fetch_params(sent[1])
 
 
-@pytest.mark.parametrize("kind", ["single", "batch"])
+@pytest.mark.parametrize("kind", ["single", pytest.param("batch", marks=pytest.mark.slow)])
 def test_a_waiting_fetch_returns_as_soon_as_a_message_arrives(
     api: tuple[str, Path], kind: str
 ) -> None:
     url, data_dir = api
     queue = queue_name()
-    with ZosciiClient(url, options=TransportOptions(read_timeout=1)) as client:
+    with ZosciiClient(url, options=TransportOptions(read_timeout=0.4)) as client:
         client.publish(queue, b"first")
         pointer = client.fetch(queue).name
         result: list[object] = []
@@ -417,10 +395,10 @@ def test_a_waiting_fetch_returns_as_soon_as_a_message_arrives(
             else:
                 result.append(client.fetch_batch(queue, pointer, 10, wait=25))
 
-        # a read timeout of 1 s does not cut the 25 s wait: the client allows for it
+        # a read timeout of 0.4 s does not cut the 25 s wait: the client allows for it
         thread = threading.Thread(target=wait, daemon=True)
         thread.start()
-        thread.join(timeout=2.5)
+        thread.join(timeout=1.0)  # two and a half read timeouts
         assert thread.is_alive(), "the fetch answered instead of waiting"
         name = publish_from_another_process(data_dir, queue, kind)
         thread.join(timeout=25)

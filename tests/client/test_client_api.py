@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api_server import running_api
+from tests.support.queues import queue_name
 from zosciimq.client import (
     Forbidden,
     InvalidInput,
@@ -33,10 +34,6 @@ PAYLOADS = [
     b" leading and trailing spaces + plus ",
     b"x" * 70_000,
 ]
-
-
-def queue_name() -> str:
-    return "q" + uuid.uuid4().hex[:12]
 
 
 def read_all(client: ZosciiClient, queue: str) -> list[tuple[str, bytes]]:

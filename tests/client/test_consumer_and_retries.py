@@ -5,23 +5,19 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from tests.client.proxy import TcpProxy
+from tests.support.queues import queue_name
 from zosciimq.client import (
     FilePointerStore,
     TransportError,
     TransportOptions,
     ZosciiClient,
 )
-
-
-def queue_name() -> str:
-    return "c" + uuid.uuid4().hex[:12]
 
 
 def test_consumer_resumes_after_restart_exactly_where_it_stopped(
