@@ -14,8 +14,6 @@ from zoscii_claireup.cleaner import Cleaner
 from zosciimq.core import DataDir, MessageName
 from zosciimq.core.names import format_stamp
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 class Clock:
     """The time the code under test sees; tests move it by hand."""

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.support.queues import publish_body
 from zoscii_claireup.report import AREA_INDEX, AREA_NONCE, AREA_QUEUE, AREA_STORE, AREA_TEMP
 from zosciimq.core import DataDir, QueueStore, Upload
 from zosciimq.core.index import IndexFile
@@ -23,17 +24,15 @@ from .conftest import (
 )
 
 
-def publish(queues: QueueStore, data_dir: DataDir, queue: str, body: bytes, retention: int) -> str:
-    with Upload(data_dir) as upload:
-        upload.write(body)
-        name = queues.publish(queue, upload, retention_days=retention).name
+def publish(queues: QueueStore, queue: str, body: bytes, retention: int) -> str:
+    name = publish_body(queues, queue, body, retention).name
     assert name is not None
     return name
 
 
 def index_names(data_dir: DataDir, queue: str) -> list[str]:
     with IndexFile.open(data_dir.index_path(queue)) as index:
-        return list(index.iter_from(0, index.count()))
+        return list(index.iter_from(0, index.header().committed))
 
 
 class StopAfter(threading.Event):
@@ -227,9 +226,9 @@ def test_dry_run_deletes_nothing_and_lists_what_a_run_would(data_dir, clock, mak
 def test_a_consumer_pointing_at_a_deleted_message_gets_the_next(data_dir, clock, make_cleaner):
     publisher_clock = Clock(clock.now - timedelta(days=10))
     queues = QueueStore(data_dir, clock=publisher_clock)
-    expired = [publish(queues, data_dir, "jobs", b"old %d" % n, 2) for n in range(5)]
+    expired = [publish(queues, "jobs", b"old %d" % n, 2) for n in range(5)]
     publisher_clock.now = clock.now - timedelta(hours=1)
-    fresh = [publish(queues, data_dir, "jobs", b"new %d" % n, 2) for n in range(3)]
+    fresh = [publish(queues, "jobs", b"new %d" % n, 2) for n in range(3)]
     pointer = expired[2]
 
     report = make_cleaner().run()
@@ -250,13 +249,13 @@ def test_a_consumer_pointing_at_a_deleted_message_gets_the_next(data_dir, clock,
 def test_the_index_keeps_its_floor_after_a_queue_is_emptied(data_dir, clock, make_cleaner):
     publisher_clock = Clock(clock.now - timedelta(days=10))
     queues = QueueStore(data_dir, clock=publisher_clock)
-    names = [publish(queues, data_dir, "q", b"m", 1) for _ in range(3)]
+    names = [publish(queues, "q", b"m", 1) for _ in range(3)]
     make_cleaner().run()
     assert index_names(data_dir, "q") == []
     # a publisher whose clock stepped back still gets a name above the deleted ones,
     # so a consumer holding names[-1] as its pointer does not miss the new message
     publisher_clock.now = clock.now - timedelta(days=20)
-    newer = publish(queues, data_dir, "q", b"after the cleanup", 1)
+    newer = publish(queues, "q", b"after the cleanup", 1)
     assert newer > names[-1]
     result = queues.fetch("q", after=names[-1])
     assert result.name == newer
@@ -265,8 +264,9 @@ def test_the_index_keeps_its_floor_after_a_queue_is_emptied(data_dir, clock, mak
 
 def test_indexes_of_vanished_queues_and_stale_rebuild_leftovers(data_dir, clock, make_cleaner):
     queues = QueueStore(data_dir, clock=clock)
-    publish(queues, data_dir, "kept", b"m", 5)
-    publish(queues, data_dir, "gone", b"m", 5)
+    publish(queues, "kept", b"m", 5)
+    publish(queues, "gone", b"m", 5)
+    assert data_dir.journal_path("gone").exists()  # created with the queue's first publish
     for path in data_dir.queue_dir("gone").iterdir():
         path.unlink()
     data_dir.queue_dir("gone").rmdir()  # an operator removed the queue
@@ -279,11 +279,12 @@ def test_indexes_of_vanished_queues_and_stale_rebuild_leftovers(data_dir, clock,
 
     report = make_cleaner().run()
 
-    assert not data_dir.index_path("gone").exists()
-    assert data_dir.index_path("kept").exists()
+    # a queue's journal goes with its index, and only then
+    assert not data_dir.index_path("gone").exists() and not data_dir.journal_path("gone").exists()
+    assert data_dir.index_path("kept").exists() and data_dir.journal_path("kept").exists()
     assert not old_tmp.exists() and young_tmp.exists()
     assert set(data_dir.locks.iterdir()) == locks_before  # lock files are never removed
-    assert report.tally(AREA_INDEX).deleted == 2
+    assert report.tally(AREA_INDEX).deleted == 3
 
 
 def test_an_interrupted_run_stops_and_a_rerun_finishes(data_dir, clock, make_cleaner):

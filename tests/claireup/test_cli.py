@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,14 +17,13 @@ import pytest
 
 from zosciimq.core import DataDir
 
-from .conftest import REPO, all_files, set_mtime, write_queue_message, write_store_message
+from .conftest import all_files, set_mtime, write_queue_message, write_store_message
 
 
 def claireup_env(data_dir: DataDir, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("ZOSCII_")}
     env.update(
         {
-            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "services" / "claireup")]),
             "ZOSCII_DATA_DIR": str(data_dir.root),
             "PYTHONUNBUFFERED": "1",
         }
@@ -101,12 +102,36 @@ def test_data_dir_flag_overrides_the_environment(data_dir, tmp_path):
         ([], {"ZOSCII_CLAIREUP_SCHEDULE": "61 * * * *"}, "ZOSCII_CLAIREUP_SCHEDULE"),
         ([], {"ZOSCII_CLAIREUP_TEMP_MAX_AGE_SECONDS": "soon"}, "TEMP_MAX_AGE_SECONDS"),
         ([], {"ZOSCII_NONCE_WINDOW_SECONDS": "0"}, "ZOSCII_NONCE_WINDOW_SECONDS"),
+        (["--once"], {"ZOSCII_LOG_LEVEL": "loud"}, "ZOSCII_LOG_LEVEL"),
+        (["--once"], {"ZOSCII_LOG_FORMAT": "xml"}, "ZOSCII_LOG_FORMAT"),
     ],
 )
 def test_bad_configuration_fails_at_start_naming_the_setting(data_dir, args, extra, complaint):
+    overdue = write_queue_message(data_dir, "q", datetime.now(UTC) - timedelta(days=3), 1)
     result = claireup(*args, env=claireup_env(data_dir, **extra), timeout=30)
-    assert result.returncode == 1
-    assert complaint in result.stderr
+    assert result.returncode == 2  # as every service: a configuration error
+    assert result.stderr.startswith("configuration error: ")
+    assert len(result.stderr.splitlines()) == 1 and complaint in result.stderr
+    assert overdue.exists()  # nothing was done
+
+
+def test_version(capsys):
+    from zoscii_claireup.__main__ import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    assert re.fullmatch(r"zoscii-claireup \S+\n", capsys.readouterr().out)
+
+
+def test_json_log_lines(data_dir):
+    write_queue_message(data_dir, "q", datetime.now(UTC) - timedelta(days=3), 1)
+    result = claireup("--once", env=claireup_env(data_dir, ZOSCII_LOG_FORMAT="json"))
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    assert lines and all(line["service"] == "claireup" for line in lines)
+    assert {"time", "level", "logger", "message"} <= set(lines[0])
+    assert any("deleted 1 files" in line["message"] for line in lines)
 
 
 @pytest.mark.slow

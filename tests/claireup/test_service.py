@@ -1,8 +1,10 @@
-"""Settings, schedule, metrics and the health endpoint of the daemon."""
+"""Settings, schedule, metrics and the ops port of the long-running service."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 import threading
 import time
 import urllib.error
@@ -15,18 +17,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from zoscii_claireup.metrics import ClaireupMetrics
-from zoscii_claireup.server import HttpServer, make_app
-from zoscii_claireup.service import JOB_ID, Daemon
+from zoscii_claireup.service import JOB_ID, Service
 from zoscii_claireup.settings import Settings, cron_trigger
-from zosciimq.core import DataDir
 from zosciimq.settings import SettingsError
 
 from .conftest import write_queue_message, write_store_message
 
 
-def get(url: str) -> tuple[int, str]:
+def get(url: str, method: str = "GET") -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        request = urllib.request.Request(url, method=method)
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -123,40 +124,71 @@ def test_a_run_is_recorded_per_area_and_queue(data_dir, make_cleaner, clock):
     assert sample(registry, "zoscii_claireup_last_run_duration_seconds") >= 0
 
 
-# --- health ------------------------------------------------------------------------------
-def test_healthz_is_503_with_a_reason_when_the_data_dir_is_missing(tmp_path):
-    missing = DataDir(tmp_path / "not-mounted")
-    server = HttpServer("127.0.0.1", 0, make_app(missing, CollectorRegistry())).start()
+# --- the ops port ------------------------------------------------------------------------
+def wait_until_serving(service: Service, serving: threading.Thread) -> None:
+    """Until the service's port is open and its scheduler runs (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while service.server is None or not service.scheduler.running:
+        assert serving.is_alive() and time.monotonic() < deadline, "the service did not start"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    """The service on a free port, serving until the test ends (no run is due meanwhile)."""
+    settings = Settings.from_env({"ZOSCII_DATA_DIR": str(tmp_path / "not-mounted")})
+    stop = threading.Event()
+    service = Service(dataclasses.replace(settings, host="127.0.0.1", port=0), stop)
+    serving = threading.Thread(target=service.serve)
+    serving.start()
     try:
-        status, body = get(f"http://127.0.0.1:{server.port}/healthz")
-        assert status == 503
-        assert "does not exist" in body
-        missing.ensure()
-        assert get(f"http://127.0.0.1:{server.port}/healthz") == (200, "ok\n")
+        wait_until_serving(service, serving)
+        yield service
     finally:
-        server.stop()
+        stop.set()
+        serving.join(timeout=20)
 
 
-# --- the daemon --------------------------------------------------------------------------
+def test_healthz_is_json_503_with_a_reason_when_the_data_dir_is_unusable(service):
+    url = f"http://127.0.0.1:{service.server.port}/healthz"
+    shutil.rmtree(service.data_dir.root)  # serve() created it; the volume went away
+    status, body = get(url)
+    assert status == 503
+    assert json.loads(body) == {
+        "status": "unavailable",
+        "reason": f"data directory {service.data_dir.root} does not exist",
+    }
+    service.data_dir.ensure()
+    status, body = get(url)
+    assert (status, json.loads(body)) == (200, {"status": "ok"})
+
+
+def test_the_ops_port_is_read_only(service):
+    base = f"http://127.0.0.1:{service.server.port}"
+    assert get(f"{base}/healthz", method="POST")[0] == 405
+    assert get(f"{base}/metrics", method="DELETE")[0] == 405
+    assert get(f"{base}/nothing")[0] == 404
+
+
+# --- the service ------------------------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_the_scheduler_runs_the_cleaner_and_the_metrics_show_it(data_dir):
     overdue = write_queue_message(data_dir, "q", datetime.now(UTC) - timedelta(days=2), 1)
     settings = Settings.from_env({}).with_overrides(data_dir=data_dir.root)
     settings = dataclasses.replace(settings, host="127.0.0.1", port=0)
     stop = threading.Event()
-    daemon = Daemon(settings, stop)
-    serving = threading.Thread(target=daemon.serve)
+    service = Service(settings, stop)
+    serving = threading.Thread(target=service.serve)
     serving.start()
     try:
-        while daemon.server is None or not daemon.scheduler.running:
-            time.sleep(0.01)
-        job = daemon.scheduler.get_job(JOB_ID)
+        wait_until_serving(service, serving)
+        job = service.scheduler.get_job(JOB_ID)
         assert job.next_run_time.astimezone(UTC).time() == datetime.min.time()
-        daemon.scheduler.modify_job(JOB_ID, next_run_time=datetime.now(UTC))  # "it's midnight"
+        service.scheduler.modify_job(JOB_ID, next_run_time=datetime.now(UTC))  # "it's midnight"
         metric = 'zoscii_claireup_runs_total{outcome="success"} 1.0'
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            _, body = get(f"http://127.0.0.1:{daemon.server.port}/metrics")
+            _, body = get(f"http://127.0.0.1:{service.server.port}/metrics")
             if metric in body:
                 break
             time.sleep(0.05)

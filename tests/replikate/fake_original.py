@@ -13,8 +13,9 @@ import json
 import threading
 import uuid
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote_to_bytes
+
+from tests.support.http_servers import QuietHandler, QuietHTTPServer
 
 
 def parse_form(raw: bytes) -> dict[bytes, bytes]:
@@ -29,15 +30,13 @@ def parse_form(raw: bytes) -> dict[bytes, bytes]:
     return params
 
 
-class FakeOriginalServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class FakeOriginalServer(QuietHTTPServer):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.queues: dict[str, dict[str, bytes]] = {}
         self.requests: list[tuple[str, str, dict[bytes, bytes]]] = []  # method, type, params
         self.lock = threading.Lock()
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        self.start()
 
     @property
     def url(self) -> str:
@@ -54,22 +53,15 @@ class FakeOriginalServer(ThreadingHTTPServer):
             self.queues.setdefault(queue, {})[name] = payload
         return name
 
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
 
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     protocol_version = "HTTP/1.1"
     server: FakeOriginalServer
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self._handle(b"")
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if not self.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded"):
             body = b""  # the original knows forms only (multipart aside)

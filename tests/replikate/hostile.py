@@ -10,48 +10,41 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
+
+from tests.support.http_servers import QuietHandler, QuietHTTPServer
 
 POINTER = "202501011200000000-0007-0b9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
 EARLIER = "202401011200000000-0007-1c9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
 LATER = "202601011200000000-0007-2d9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
-LATEST = "202701011200000000-0007-3e9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
+LATEST = "202606011200000000-0007-3e9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
+FAR_FUTURE = "999912312359590000-0007-4f9e3c59-8a3e-4f6a-9d7c-5c2b8f0e6a11.bin"
 BOUNDARY = "zoscii-hostile"
 
 
-class HostileServer(ThreadingHTTPServer):
-    daemon_threads = True
+class HostileServer(QuietHTTPServer):
     scenario = "html"
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.requests = 0
         self.params: list[dict[str, str]] = []  # of every request, query and form
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        self.start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_port}/index.php"
 
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
 
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     protocol_version = "HTTP/1.1"
     server: HostileServer
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self._answer(b"")
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
         length = int(self.headers.get("Content-Length") or 0)
         self._answer(self.rfile.read(length))
 
@@ -119,6 +112,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def s_earlier_name(self) -> None:
         self._binary(EARLIER, b"old message")
+
+    def s_far_future_name(self) -> None:
+        """A name in year 9999: taken, it would push the pointer past every real message."""
+        self._binary(FAR_FUTURE, b"from the future")
 
     def s_same_name(self) -> None:
         self._binary(POINTER, b"the pointer's own message again")

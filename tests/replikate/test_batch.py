@@ -4,28 +4,22 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 import threading
-import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import local_messages, make_job, make_replicator
+from tests.replikate.conftest import make_job, make_replicator, metrics_text, publish_all
 from tests.replikate.fake_original import FakeOriginalServer
-from tests.replikate.test_replicate_api import publish_all
-from tests.support.api_server import REPO
+from tests.support.publisher import publish_from_another_process
+from tests.support.queues import queue_contents, queue_name
 from zoscii_replikate.pointer import pointer_path
-from zoscii_replikate.replicator import Replicator
+from zoscii_replikate.replicator import Replicator, RunResult
 from zosciimq.core import DataDir, parse_name
 from zosciimq.core.states import read_pointer
-
-
-def queue_name() -> str:
-    return "v" + uuid.uuid4().hex[:12]
 
 
 def varied_payloads(count: int) -> list[bytes]:
@@ -46,20 +40,52 @@ def temp_files(data_dir: Path) -> list[str]:
     return os.listdir(temp) if temp.exists() else []
 
 
+@dataclass
+class Varied:
+    """150 varied messages (retention 12) at the source, and their replication one fetch
+    per message: what every batched replication below must equal."""
+
+    queue: str
+    at_source: list[tuple[str, bytes]]
+    single: Replicator
+    single_result: RunResult
+    single_dir: Path
+
+
+@pytest.fixture(scope="module")
+def varied(source: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Varied:
+    sq = queue_name()
+    at_source = publish_all(source[0], sq, varied_payloads(150), retention=12)
+    single_dir = tmp_path_factory.mktemp("single")
+    single = make_replicator(
+        make_job(source[0], sq, "single", name="single", batch_count=1), single_dir
+    )
+    return Varied(sq, at_source, single, single.run(), single_dir)
+
+
+def test_single_fetch_replication_is_one_fetch_per_message(varied: Varied) -> None:
+    assert varied.single_result.messages == 150
+    one = queue_contents(varied.single_dir, "single")
+    assert [d for _, d in one] == [d for _, d in varied.at_source]
+    assert varied.single.client.batch_support is None
+    assert fetches(varied.single) == 151  # one per message, and the one that found nothing
+    assert temp_files(varied.single_dir) == []
+
+
 @pytest.mark.parametrize(
     ("batch_count", "batch_bytes", "cap"),
     [(7, 16 << 20, 1000), (7, 3000, 1000), (25, 1, 1000), (100, 50_000, 33), (1000, 16 << 20, 60)],
 )
 def test_batched_replication_equals_single_fetch_replication(
-    source: tuple[str, Path], tmp_path: Path, batch_count: int, batch_bytes: int, cap: int
+    source: tuple[str, Path],
+    varied: Varied,
+    tmp_path: Path,
+    batch_count: int,
+    batch_bytes: int,
+    cap: int,
 ) -> None:
     """Byte-exact, in order, with the source's retention, whatever the batch boundaries."""
-    sq = queue_name()
-    at_source = publish_all(source[0], sq, varied_payloads(150), retention=12)
-    single = make_replicator(
-        make_job(source[0], sq, "single", name="single", batch_count=1), tmp_path
-    )
-    assert single.run().messages == 150
+    sq, at_source = varied.queue, varied.at_source
     batched = make_replicator(
         make_job(
             source[0],
@@ -80,12 +106,11 @@ def test_batched_replication_equals_single_fetch_replication(
     assert sum(r.messages for r in results) == 150
     assert all(r.messages == cap for r in results[:-1])  # every capped run did its whole cap
 
-    one, many = local_messages(tmp_path, "single"), local_messages(tmp_path, "batched")
+    one, many = queue_contents(varied.single_dir, "single"), queue_contents(tmp_path, "batched")
     assert [d for _, d in many] == [d for _, d in one] == [d for _, d in at_source]
     assert all(parse_name(name).retention_days == 12 for name, _ in many)
     assert read_pointer(pointer_path(DataDir(tmp_path), batched.job)) == at_source[-1][0]
-    assert batched.client.batch_support is True and single.client.batch_support is None
-    assert fetches(single) == 151  # one per message, and the one that found nothing
+    assert batched.client.batch_support is True
     if batch_bytes >= 50_000:
         assert fetches(batched) < 151 / 2
     assert temp_files(tmp_path) == []
@@ -101,7 +126,7 @@ def test_a_stopped_run_discards_what_it_fetched_ahead(
     replicator = make_replicator(make_job(source[0], sq, "t"), tmp_path, stop=stop)
     result = replicator.run()
     assert (result.outcome, result.messages) == ("stopped", 0)
-    assert temp_files(tmp_path) == [] and local_messages(tmp_path, "t") == []
+    assert temp_files(tmp_path) == [] and queue_contents(tmp_path, "t") == []
     assert read_pointer(pointer_path(DataDir(tmp_path), replicator.job)) == ""
 
 
@@ -123,12 +148,12 @@ def test_against_the_original_batches_fall_back_to_single_fetches(
     replicator = make_replicator(make_job(original.url, "orders", "mirror"), tmp_path)
     result = replicator.run()
     assert (result.outcome, result.messages) == ("caught_up", 40)
-    assert [d for _, d in local_messages(tmp_path, "mirror")] == expected
+    assert [d for _, d in queue_contents(tmp_path, "mirror")] == expected
     params = [p for _, _, p in original.requests]
     assert params[0][b"count"] == b"100"
     assert all(b"count" not in p for p in params[1:])  # the client remembered
     assert replicator.client.batch_support is False
-    body = replicator.metrics.exposition()[0].decode()
+    body = metrics_text(replicator)
     assert 'zoscii_replikate_source_batch_support{job="test-job"} 0.0' in body
 
 
@@ -141,22 +166,14 @@ def test_waiting_against_the_original_polls_at_a_steady_pace(
     threading.Timer(0.5, lambda: original.add("orders", b"second")).start()
     result = make_replicator(job, tmp_path).run()
     assert (result.outcome, result.messages) == ("caught_up", 2)
-    assert [d for _, d in local_messages(tmp_path, "mirror")] == [b"first", b"second"]
+    assert [d for _, d in queue_contents(tmp_path, "mirror")] == [b"first", b"second"]
     assert len(original.requests) <= 10  # about 3 s of waiting at one poll a second
 
 
 # --- long-poll against the api -------------------------------------------------------------------
-def publish_from_another_process(data_dir: Path, queue: str, tag: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.publisher", str(data_dir), queue, "1", tag],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "src")])},
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
-    return done.stdout.decode().split()[0]
 
 
+@pytest.mark.slow  # waits out its whole window (7 s); against the original (above): fast
 def test_a_waiting_run_replicates_a_message_published_meanwhile(
     source: tuple[str, Path], tmp_path: Path
 ) -> None:
@@ -168,13 +185,13 @@ def test_a_waiting_run_replicates_a_message_published_meanwhile(
     results = []
     runner = threading.Thread(target=lambda: results.append(replicator.run()))
     runner.start()
-    while not local_messages(tmp_path, "near"):
+    while not queue_contents(tmp_path, "near"):
         assert runner.is_alive(), results
         threading.Event().wait(0.02)
     name = publish_from_another_process(source[1], sq, "meanwhile")
     runner.join(timeout=30)
     assert results and (results[0].outcome, results[0].messages) == ("caught_up", 2)
-    local = [d for _, d in local_messages(tmp_path, "near")]
+    local = [d for _, d in queue_contents(tmp_path, "near")]
     assert local[0] == b"before" and local[1].startswith(b"meanwhile:0")
     assert read_pointer(pointer_path(DataDir(tmp_path), job)) == name
     # caught up, it waited in long-polls of at most 5 s instead of polling

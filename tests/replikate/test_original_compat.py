@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import local_messages, make_job, make_replicator
+from tests.replikate.conftest import make_job, make_replicator
 from tests.replikate.fake_original import FakeOriginalServer
+from tests.support.queues import queue_contents
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir, DataStore, parse_name
@@ -45,7 +46,7 @@ def test_replicating_from_an_original_server(
     job = make_job(original.url, "orders", "mirror", mode=mode)
     result = make_replicator(job, tmp_path).run()
     assert (result.outcome, result.messages) == ("caught_up", len(PAYLOADS))
-    local = local_messages(tmp_path, "mirror")
+    local = queue_contents(tmp_path, "mirror")
     assert [data for _, data in local] == in_order
     assert all(parse_name(name).retention_days == 9 for name, _ in local)
     if mode == "original":  # only urlencoded POST fetches, as replikate.php sends them

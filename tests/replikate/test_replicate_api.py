@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import os
 import random
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import local_messages, make_job, make_replicator
+from tests.replikate.conftest import make_job, make_replicator, publish_all
+from tests.support.queues import queue_contents, queue_name
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir, DataStore, parse_name
 from zosciimq.core.states import read_pointer, write_pointer
-
-
-def queue_name() -> str:
-    return "r" + uuid.uuid4().hex[:12]
 
 
 def random_payloads(count: int, seed: int) -> list[bytes]:
@@ -29,42 +25,25 @@ def random_payloads(count: int, seed: int) -> list[bytes]:
     return payloads
 
 
-def publish_all(
-    url: str, queue: str, payloads: list[bytes], retention: int = 3, threads: int = 1
-) -> list[tuple[str, bytes]]:
-    """Publish (in order with one thread); return the source's (name, payload) in name order."""
-
-    def publish(chunk: list[bytes]) -> None:
-        with ZosciiClient(url) as client:
-            for payload in chunk:
-                client.publish(queue, payload, retention_days=retention)
-
-    with ThreadPoolExecutor(threads) as pool:
-        for future in [pool.submit(publish, payloads[i::threads]) for i in range(threads)]:
-            future.result()
-    with ZosciiClient(url) as client:
-        out, pointer = [], ""
-        while (message := client.fetch(queue, pointer)) is not None:
-            out.append((message.name, message.data))
-            pointer = message.name
-    return out
-
-
+@pytest.mark.parametrize(
+    ("count", "cap"), [pytest.param(2000, 800, marks=pytest.mark.slow), (250, 100)]
+)
 def test_thousands_of_messages_replicated_byte_exact_and_in_order(
-    source: tuple[str, Path], tmp_path: Path
+    source: tuple[str, Path], tmp_path: Path, count: int, cap: int
 ) -> None:
+    """Thousands in the full suite; the fast tier's run has the same shape, smaller."""
     sq, tq = queue_name(), queue_name()
-    payloads = random_payloads(2000, seed=1)
+    payloads = random_payloads(count, seed=1)
     at_source = publish_all(source[0], sq, payloads, retention=42, threads=4)
     assert sorted(data for _, data in at_source) == sorted(payloads)
     source_names = [name for name, _ in at_source]
-    replicator = make_replicator(make_job(source[0], sq, tq, max_messages_per_run=800), tmp_path)
+    replicator = make_replicator(make_job(source[0], sq, tq, max_messages_per_run=cap), tmp_path)
 
     outcomes = [replicator.run() for _ in range(3)]
     assert [r.outcome for r in outcomes] == ["capped", "capped", "caught_up"]
-    assert sum(r.messages for r in outcomes) == 2000
+    assert sum(r.messages for r in outcomes) == count
 
-    local = local_messages(tmp_path, tq)
+    local = queue_contents(tmp_path, tq)
     assert [data for _, data in local] == [data for _, data in at_source]
     assert all(parse_name(name).retention_days == 42 for name, _ in local)  # source's RRRR
     # the pointer file holds only the last source name, as the original's does
@@ -72,7 +51,7 @@ def test_thousands_of_messages_replicated_byte_exact_and_in_order(
     assert path.name == f"replikate_state_{sq}_{tq}.txt"
     assert path.read_text() == source_names[-1]
     assert replicator.run().outcome == "caught_up"  # nothing new: nothing written
-    assert len(local_messages(tmp_path, tq)) == 2000
+    assert len(queue_contents(tmp_path, tq)) == count
 
 
 def test_new_messages_are_picked_up_on_the_next_run(
@@ -84,7 +63,7 @@ def test_new_messages_are_picked_up_on_the_next_run(
     assert replicator.run().messages == 2
     publish_all(source[0], sq, [b"three"])
     assert replicator.run().messages == 1
-    assert [d for _, d in local_messages(tmp_path, tq)] == [b"one", b"two", b"three"]
+    assert [d for _, d in queue_contents(tmp_path, tq)] == [b"one", b"two", b"three"]
 
 
 def test_queue_to_store_keeps_the_source_name_with_u(
@@ -119,7 +98,7 @@ def test_repeat_after_a_crash_between_write_and_pointer_save_is_not_duplicated(
     write_pointer(pointer_path(DataDir(tmp_path), job), "")  # as if no save had happened
     again = make_replicator(job, tmp_path).run()
     assert again.messages == 3 and again.duplicates == 3
-    assert [d for _, d in local_messages(tmp_path, tq)] == [b"a", b"b", b"c"]
+    assert [d for _, d in queue_contents(tmp_path, tq)] == [b"a", b"b", b"c"]
 
     store_job = make_job(source[0], sq, None, name="to-store")
     assert make_replicator(store_job, tmp_path).run().duplicates == 0
@@ -137,7 +116,7 @@ def test_a_pointer_at_a_message_deleted_at_the_source_moves_on(
     write_pointer(pointer_path(DataDir(tmp_path), job), names[1])
     (source[1] / "queues" / sq / names[1]).unlink()
     assert make_replicator(job, tmp_path).run().messages == 1
-    assert [d for _, d in local_messages(tmp_path, tq)] == [b"3"]
+    assert [d for _, d in queue_contents(tmp_path, tq)] == [b"3"]
 
 
 def test_a_missing_source_queue_is_an_error_and_writes_nothing(
@@ -171,7 +150,7 @@ def test_concurrent_publishers_at_the_source_are_replicated_without_gaps(
             future.result()
     while replicator.run().outcome != "caught_up":
         pass
-    local = [d for _, d in local_messages(tmp_path, tq)]
+    local = [d for _, d in queue_contents(tmp_path, tq)]
     assert sorted(local) == sorted(payloads)
     assert len(local) == len(set(local)) == 400
 

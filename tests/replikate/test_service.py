@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 from urllib.error import HTTPError
 from urllib.parse import urlsplit
@@ -17,9 +16,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.client.proxy import TcpProxy
-from tests.replikate.conftest import local_messages, make_job, make_replicator
-from tests.replikate.test_crash import replikate_env
-from tests.replikate.test_replicate_api import publish_all
+from tests.replikate.conftest import (
+    make_job,
+    make_replicator,
+    metrics_text,
+    publish_all,
+    replikate_env,
+)
+from tests.support.queues import queue_contents, queue_name
 from zoscii_replikate.pointer import job_lock, pointer_path
 from zoscii_replikate.service import Service
 from zoscii_replikate.settings import Settings
@@ -34,10 +38,6 @@ class FakeMonotonic:
 
     def __call__(self) -> float:
         return self.now
-
-
-def queue_name() -> str:
-    return "s" + uuid.uuid4().hex[:10]
 
 
 def test_source_down_for_a_while_then_back(source: tuple[str, Path], tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_source_down_for_a_while_then_back(source: tuple[str, Path], tmp_path: P
         assert replicator.failures == 0
     finally:
         proxy.stop()
-    assert [d for _, d in local_messages(tmp_path, tq)] == [b"1", b"2", b"3"]
+    assert [d for _, d in queue_contents(tmp_path, tq)] == [b"1", b"2", b"3"]
 
 
 def test_back_off_is_capped(tmp_path: Path) -> None:
@@ -97,7 +97,6 @@ def test_a_job_held_by_another_process_is_skipped(source: tuple[str, Path], tmp_
             f"lock = FileLock(Path({str(lock_path)!r})); lock.acquire(); "
             "print('held', flush=True); time.sleep(30)",
         ],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
         stdout=subprocess.PIPE,
     )
     try:
@@ -156,7 +155,7 @@ def test_metrics_and_health(source: tuple[str, Path], tmp_path: Path) -> None:
 def test_errors_are_counted_by_reason(tmp_path: Path) -> None:
     replicator = make_replicator(make_job("http://127.0.0.1:9/", "q", "t"), tmp_path)
     replicator.run()
-    body = replicator.metrics.exposition()[0].decode()
+    body = metrics_text(replicator)
     assert 'zoscii_replikate_errors_total{job="test-job",reason="unreachable"} 1.0' in body
 
 
@@ -171,6 +170,7 @@ def run_cli(args: list[str], data_dir: Path, config: Path) -> subprocess.Complet
     )
 
 
+@pytest.mark.slow  # eight processes in a row (the fast tier starts one in the tests below)
 def test_once_and_pointer_commands(source: tuple[str, Path], tmp_path: Path) -> None:
     sq = queue_name()
     names = [n for n, _ in publish_all(source[0], sq, [b"a", b"b", b"c"])]
@@ -197,13 +197,15 @@ def test_once_and_pointer_commands(source: tuple[str, Path], tmp_path: Path) -> 
 
     # a rerun after the reset writes nothing twice: the nonces remember b and c
     assert run_cli(["--once"], data, config).returncode == 0
-    assert [d for _, d in local_messages(data, "m")] == [b"a", b"b", b"c"]
+    assert [d for _, d in queue_contents(data, "m")] == [b"a", b"b", b"c"]
     assert run_cli(["check"], data, config).returncode == 0
 
 
 def test_once_fails_with_exit_1_when_a_job_fails(tmp_path: Path) -> None:
     config = tmp_path / "replikate.toml"
-    config.write_text('[jobs.down]\nsource_url = "http://127.0.0.1:9/"\nsource_queue = "q"\n')
+    config.write_text(
+        '[jobs.down]\nsource_url = "http://127.0.0.1:9/"\nsource_queue = "q"\nretries = 0\n'
+    )
     result = run_cli(["--once"], tmp_path / "data", config)
     assert result.returncode == 1
     assert "[unreachable]" in result.stderr

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zoscii_replikate.settings import DEFAULT_CONFIG, Settings
+from zoscii_replikate.settings import DEFAULT_CONFIG, DEFAULTS, JobConfig, Settings
 from zosciimq.settings import SettingsError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "replikate.example.toml"
@@ -176,3 +176,33 @@ def test_batch_and_wait_settings(tmp_path: Path) -> None:
     assert (b.batch_count, b.batch_bytes, b.wait_seconds) == (1, 65536, 25.0)
     plain = load(tmp_path, '[jobs.c]\nsource_url = "http://x/"\nsource_queue = "q"\n').job("c")
     assert (plain.batch_count, plain.batch_bytes, plain.wait_seconds) == (100, 16 << 20, 0.0)
+
+
+def test_a_job_gets_the_job_config_defaults(tmp_path: Path) -> None:
+    job = load(tmp_path, '[jobs.c]\nsource_url = "http://x/"\nsource_queue = "q"\n').job("c")
+    assert job == JobConfig(name="c", source_url="http://x/", source_queue="q", target_queue=None)
+    assert {key: default for key, (_kind, default) in DEFAULTS.items()} == {
+        key: getattr(job, key) for key in DEFAULTS
+    }
+
+
+@pytest.mark.parametrize("key", sorted(DEFAULTS))
+def test_every_defaults_key_has_its_environment_override(tmp_path: Path, key: str) -> None:
+    kind, default = DEFAULTS[key]
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    value = {
+        bool: "false",
+        int: "7",
+        float: "120.5" if key == "max_future_seconds" else "2.5",  # it has a minimum
+        str: {"mode": "original", "ca_bundle": str(ca)}.get(key, ""),
+    }[kind]
+    variable = "ZOSCII_REPLIKATE_" + key.upper()
+    job = load(
+        tmp_path, '[jobs.a]\nsource_url = "http://x/"\nsource_queue = "q"\n', **{variable: value}
+    ).job("a")
+    expected = {bool: False, int: 7, str: value}[kind] if kind is not float else float(value)
+    assert getattr(job, key) == expected != default
+    if kind in (int, float, bool):
+        with pytest.raises(SettingsError, match=variable):
+            load(tmp_path, "", **{variable: "many"})

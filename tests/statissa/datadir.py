@@ -7,12 +7,11 @@ are computed at.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from pathlib import Path
 
-from zoscii_statissa.compute import compute_snapshot
+from tests.support.queues import publish_body
+from zoscii_statissa.compute import Scanner, compute_snapshot
 from zoscii_statissa.model import Snapshot
-from zoscii_statissa.spark import spark_scan
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload
 from zosciimq.core.states import state_path, write_pointer
 
@@ -33,9 +32,7 @@ class Clock:
 
 def _publish(queues: QueueStore, clock: Clock, queue: str, at: datetime, size: int, days: int):
     clock.moment = at
-    with Upload(queues.data_dir) as upload:
-        upload.write(b"q" * size)
-        return queues.publish(queue, upload, retention_days=days).name
+    return publish_body(queues, queue, b"q" * size, days).name
 
 
 def _store(store: DataStore, clock: Clock, at: datetime, size: int, days: int, u: bool) -> str:
@@ -76,6 +73,7 @@ def build_data_dir(root: Path) -> dict[str, str]:
     return {"pointer": pointer, "unidentified": unidentified}
 
 
-def spark_compute(spark: object, root: Path, now: float | None = None) -> Snapshot:
+def compute(scan: Scanner, root: Path, now: float | None = None) -> Snapshot:
+    """The snapshot of the data directory at ``root`` by ``scan``, at NOW unless given."""
     when = NOW.timestamp() if now is None else now
-    return compute_snapshot(partial(spark_scan, spark), DataDir(root), when)
+    return compute_snapshot(scan, DataDir(root), when)

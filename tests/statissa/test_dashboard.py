@@ -6,10 +6,10 @@ import json
 import re
 from pathlib import Path
 
-from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
+from werkzeug.test import Client
 
-from zoscii_statissa.service import StatsService
+from zoscii_statissa.snapshots import SnapshotKeeper
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "zoscii-mq.json"
 OURS = re.compile(r"\bzoscii_(?:queue|store|storage|queues|replikate|statissa)[a-z0-9_]*")
@@ -55,10 +55,8 @@ def test_uses_the_api_metrics() -> None:
     assert "zoscii_api_messages_published_total" in exprs
 
 
-def test_every_statissa_metric_queried_is_exposed(
-    client: FlaskClient, service: StatsService
-) -> None:
-    service.refresh()
+def test_every_statissa_metric_queried_is_exposed(client: Client, keeper: SnapshotKeeper) -> None:
+    keeper.refresh()
     text = client.get("/metrics").get_data(as_text=True)
     exposed = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     queried = {name for expr in _exprs() for name in OURS.findall(expr)}

@@ -1,4 +1,5 @@
-"""The figures, computed by the real Spark job, against a data directory with known contents."""
+"""The figures, computed by the real Spark job (and by the same scan in this process),
+against a data directory with known contents."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.statissa.datadir import DAY, HOUR, NOW, build_data_dir, spark_compute
-from zoscii_statissa.compute import compute_snapshot
+from tests.statissa.datadir import DAY, HOUR, NOW, build_data_dir, compute
+from zoscii_statissa.compute import Scanner, compute_snapshot
 from zoscii_statissa.model import Snapshot
 from zoscii_statissa.scan import scan_locally
 from zosciimq.core import DataDir
@@ -19,10 +20,10 @@ T = NOW.timestamp()
 
 
 @pytest.fixture(scope="module")
-def computed(spark: object, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Snapshot]:
+def computed(scan: Scanner, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Snapshot]:
     root = tmp_path_factory.mktemp("figures") / "data"
     build_data_dir(root)
-    return root, spark_compute(spark, root)
+    return root, compute(scan, root)
 
 
 def test_queue_figures(computed: tuple[Path, Snapshot]) -> None:
@@ -87,6 +88,8 @@ def test_replikate_pointers(computed: tuple[Path, Snapshot]) -> None:
     assert "Invalid pointer" in states["broken_x"].error
 
 
+@pytest.mark.slow  # Spark's figures, to compare with
+@pytest.mark.parametrize("scan", ["spark"], indirect=True)
 def test_python_only_scan_gives_the_same_figures(computed: tuple[Path, Snapshot]) -> None:
     root, snapshot = computed
     local = compute_snapshot(scan_locally, DataDir(root), T)
@@ -95,27 +98,27 @@ def test_python_only_scan_gives_the_same_figures(computed: tuple[Path, Snapshot]
     )
 
 
-def test_ages_follow_the_clock(spark: object, data_root: Path) -> None:
-    later = spark_compute(spark, data_root, now=T + 2 * DAY)
+def test_ages_follow_the_clock(scan: Scanner, data_root: Path) -> None:
+    later = compute(scan, data_root, now=T + 2 * DAY)
     orders = later.queue("orders")
     assert orders.oldest_age_seconds == 30 * HOUR + 2 * DAY
     assert orders.published_last_24h == 0
     assert orders.expired == 5 and orders.expiring_24h == 5  # the 30-day one stays
 
 
-def test_an_empty_data_directory(spark: object, tmp_path: Path) -> None:
+def test_an_empty_data_directory(scan: Scanner, tmp_path: Path) -> None:
     DataDir(tmp_path).ensure()
-    snapshot = spark_compute(spark, tmp_path)
+    snapshot = compute(scan, tmp_path)
     assert snapshot.queues == ()
     assert (snapshot.store.messages, snapshot.total_bytes, snapshot.states) == (0, 0, ())
 
 
-def test_a_missing_data_directory_fails(spark: object, tmp_path: Path) -> None:
+def test_a_missing_data_directory_fails(scan: Scanner, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        spark_compute(spark, tmp_path / "nowhere")
+        compute(scan, tmp_path / "nowhere")
 
 
-def test_a_queue_removed_after_listing_counts_as_empty(spark: object, data_root: Path) -> None:
+def test_a_queue_removed_after_listing_counts_as_empty(scan: Scanner, data_root: Path) -> None:
     shutil.rmtree(data_root / "queues" / "logs_2")
-    snapshot = spark_compute(spark, data_root)
+    snapshot = compute(scan, data_root)
     assert [q.name for q in snapshot.queues] == ["empty-q", "orders"]

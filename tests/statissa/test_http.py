@@ -7,17 +7,20 @@ import shutil
 from pathlib import Path
 
 import pytest
-from flask.testing import FlaskClient
+import requests
 from prometheus_client.parser import text_string_to_metric_families
+from werkzeug.test import Client
 
 from tests.statissa.datadir import DAY, HOUR, NOW, Clock, _publish
-from zoscii_statissa.service import StatsService
+from zoscii_statissa.snapshots import SnapshotKeeper
+from zoscii_statissa.web import create_app
 from zosciimq.core import DataDir, QueueStore
+from zosciimq.service import OpsServer
 
 T = NOW.timestamp()
 
 
-def scrape(client: FlaskClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of /metrics as {(name, sorted labels): value}."""
     reply = client.get("/metrics")
     assert reply.status_code == 200
@@ -33,7 +36,7 @@ def q(queue: str) -> tuple[tuple[str, str], ...]:
     return (("queue", queue),)
 
 
-def test_before_the_first_run(client: FlaskClient) -> None:
+def test_before_the_first_run(client: Client) -> None:
     samples = scrape(client)
     assert samples[("zoscii_statissa_runs_total", ())] == 0
     assert ("zoscii_statissa_last_run_success", ()) not in samples
@@ -43,8 +46,8 @@ def test_before_the_first_run(client: FlaskClient) -> None:
     assert "No statistics computed yet" in page
 
 
-def test_metrics_carry_the_figures(client: FlaskClient, service: StatsService) -> None:
-    service.refresh()
+def test_metrics_carry_the_figures(client: Client, keeper: SnapshotKeeper) -> None:
+    keeper.refresh()
     m = scrape(client)
     assert m[("zoscii_queue_messages", q("orders"))] == 6
     assert m[("zoscii_queue_bytes", q("orders"))] == 335
@@ -80,8 +83,8 @@ def test_metrics_carry_the_figures(client: FlaskClient, service: StatsService) -
     assert m[("zoscii_statissa_last_run_duration_seconds", ())] > 0
 
 
-def test_stats_json(client: FlaskClient, service: StatsService) -> None:
-    service.refresh()
+def test_stats_json(client: Client, keeper: SnapshotKeeper) -> None:
+    keeper.refresh()
     body = client.get("/stats.json").get_json()
     assert body["generated_at"] == T
     assert body["generated_at_iso"] == "2026-03-10T12:00:00Z"
@@ -94,9 +97,9 @@ def test_stats_json(client: FlaskClient, service: StatsService) -> None:
 
 
 def test_refresh_on_demand_sees_new_messages(
-    client: FlaskClient, service: StatsService, data_root: Path
+    client: Client, keeper: SnapshotKeeper, data_root: Path
 ) -> None:
-    service.refresh()
+    keeper.refresh()
     clock = Clock(NOW)
     _publish(QueueStore(DataDir(data_root), clock), clock, "orders", NOW, 7, 1)
     _publish(QueueStore(DataDir(data_root), clock), clock, "brand-new", NOW, 1, 1)
@@ -112,9 +115,9 @@ def test_refresh_on_demand_sees_new_messages(
 
 
 def test_a_failing_run_keeps_the_last_figures(
-    client: FlaskClient, service: StatsService, data_root: Path
+    client: Client, keeper: SnapshotKeeper, data_root: Path
 ) -> None:
-    service.refresh()
+    keeper.refresh()
     moved = data_root.with_name("unmounted")
     shutil.move(data_root, moved)  # the volume goes away: every computation now fails
 
@@ -135,23 +138,23 @@ def test_a_failing_run_keeps_the_last_figures(
     assert client.get("/healthz").status_code == 503
 
     shutil.move(moved, data_root)
-    service.refresh()
+    keeper.refresh()
     assert scrape(client)[("zoscii_statissa_last_run_success", ())] == 1
     assert client.get("/healthz").status_code == 200
 
 
 def test_scheduler_entry_point_swallows_and_counts_failures(
-    service: StatsService, data_root: Path
+    keeper: SnapshotKeeper, data_root: Path
 ) -> None:
     shutil.rmtree(data_root)
-    service.refresh_quietly()  # must not raise: the scheduler keeps going
-    assert service.status.runs_failed_total == 1
-    assert "FileNotFoundError" in service.status.last_error
-    assert service.snapshot is None
+    keeper.refresh_quietly()  # must not raise: the scheduler keeps going
+    assert keeper.status.runs_failed_total == 1
+    assert "FileNotFoundError" in keeper.status.last_error
+    assert keeper.snapshot is None
 
 
-def test_the_page_shows_the_figures(client: FlaskClient, service: StatsService) -> None:
-    service.refresh()
+def test_the_page_shows_the_figures(client: Client, keeper: SnapshotKeeper) -> None:
+    keeper.refresh()
     reply = client.get("/")
     assert reply.status_code == 200 and reply.content_type.startswith("text/html")
     page = reply.get_data(as_text=True)
@@ -163,6 +166,46 @@ def test_the_page_shows_the_figures(client: FlaskClient, service: StatsService) 
     assert "<link" not in page and "<script" not in page  # no external assets, no scripts
 
 
-def test_healthz(client: FlaskClient) -> None:
+def test_healthz(client: Client) -> None:
     reply = client.get("/healthz")
     assert reply.status_code == 200 and reply.get_json()["status"] == "ok"
+
+
+def test_only_refresh_takes_a_post(client: Client) -> None:
+    for path in ("/healthz", "/metrics", "/stats.json", "/"):
+        reply = client.post(path)
+        assert reply.status_code == 405, path
+        assert reply.headers["Allow"] == "GET, HEAD"
+    assert client.get("/refresh").status_code == 405
+    assert client.get("/nothing").status_code == 404
+
+
+def test_healthz_says_why_and_how_the_last_run_went(client: Client, data_root: Path) -> None:
+    shutil.rmtree(data_root)
+    reply = client.get("/healthz")
+    assert reply.status_code == 503 and reply.content_type == "application/json"
+    body = reply.get_json()
+    assert body["status"] == "unavailable" and "does not exist" in body["reason"]
+    assert body["last_run"]["runs_total"] == 0
+
+
+def test_the_ops_server_serves_it_all_refresh_included(
+    keeper: SnapshotKeeper, data_root: Path
+) -> None:
+    """Over real HTTP, on the shared ops server: POST /refresh computes and answers."""
+    server = OpsServer("127.0.0.1", 0, create_app(keeper, DataDir(data_root))).start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        with requests.Session() as http:
+            assert http.get(f"{base}/stats.json", timeout=10).status_code == 503
+            refreshed = http.post(f"{base}/refresh", timeout=120)
+            assert refreshed.status_code == 200
+            assert refreshed.json()["totals"] == {"messages": 10, "bytes": 485}
+            again = http.post(f"{base}/refresh?redirect=1", timeout=120, allow_redirects=False)
+            assert again.status_code == 303
+            assert http.get(f"{base}/stats.json", timeout=10).json()["last_run"]["runs_total"] == 2
+            assert http.get(f"{base}/healthz", timeout=10).json()["status"] == "ok"
+            assert "zoscii_queue_messages" in http.get(f"{base}/metrics", timeout=10).text
+            assert http.post(f"{base}/metrics", timeout=10).status_code == 405
+    finally:
+        server.stop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from zoscii_statissa.model import GroupStats, PointerStats, Snapshot
 from zoscii_statissa.report import ReportPage, human_age, human_bytes
-from zoscii_statissa.service import RunStatus
+from zoscii_statissa.snapshots import RunStatus
 
 HOSTILE = '<script>alert("x")</script>&<b>'
 

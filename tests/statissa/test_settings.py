@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from zoscii_statissa.main import apply_args, parse_args
+from zoscii_statissa.__main__ import apply_args, parse_args
 from zoscii_statissa.settings import Settings
 from zosciimq.settings import SettingsError
 

@@ -1,29 +1,46 @@
-"""``python -m zoscii_claireup [--once] [--dry-run] [--schedule CRON] [--data-dir PATH]``."""
+"""``python -m zoscii_claireup [--once] [--dry-run] [--schedule CRON] [--data-dir PATH]``.
+
+The command line: settings (a bad one: exit 2), logging, signals, then either one run
+now (``--once``, for cloud schedulers) or the long-running service (``service.py``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
-import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from zoscii_claireup.service import EXIT_FAILED, Daemon, run_once
+from zoscii_claireup.cleaner import Clock, build_cleaner
+from zoscii_claireup.report import RunReport, log_summary
+from zoscii_claireup.service import Service
 from zoscii_claireup.settings import Settings
-from zosciimq.settings import SettingsError
+from zosciimq.core.queues import utc_now
+from zosciimq.service import (
+    EXIT_FAILED,
+    EXIT_OK,
+    StopSignal,
+    settings_or_exit,
+    setup_logging,
+    version,
+)
 
 log = logging.getLogger("zoscii_claireup")
 
+EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what a shell reports for a terminated job
+
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    defaults = {item.name: item.default for item in dataclasses.fields(Settings)}
     parser = argparse.ArgumentParser(
         prog="python -m zoscii_claireup",
         description="Delete messages whose retention has passed, old nonce markers and "
         "upload leftovers (ZOSCII MQ retention cleaner).",
     )
+    parser.add_argument("--version", action="version", version=f"zoscii-claireup {version()}")
     parser.add_argument(
         "--once", action="store_true", help="run once now and exit (for cloud schedulers)"
     )
@@ -35,7 +52,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--schedule",
         metavar="CRON",
-        help="5-field cron expression in UTC (default: $ZOSCII_CLAIREUP_SCHEDULE or '0 0 * * *')",
+        help="5-field cron expression in UTC "
+        f"(default: $ZOSCII_CLAIREUP_SCHEDULE or {defaults['schedule']!r})",
     )
     parser.add_argument(
         "--data-dir", metavar="PATH", type=Path, help="data directory (default: $ZOSCII_DATA_DIR)"
@@ -43,43 +61,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    formatter = logging.Formatter(
-        "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S"
-    )
-    formatter.converter = time.gmtime  # log times in UTC like the names, whatever TZ says
-    handler.setFormatter(formatter)
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
-
-
-def install_stop_handlers(stop: threading.Event) -> None:
-    """SIGTERM/SIGINT end a run within one file; the handler only sets the event."""
-
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        settings = Settings.from_env().with_overrides(
+    settings = settings_or_exit(
+        lambda: Settings.from_env().with_overrides(
             schedule=args.schedule, data_dir=args.data_dir, dry_run=args.dry_run
         )
-    except SettingsError as exc:
-        configure_logging("INFO")
-        log.error("configuration error: %s", exc)
-        return EXIT_FAILED
-    configure_logging(settings.log_level)
-    stop = threading.Event()
-    install_stop_handlers(stop)
+    )
+    level, log_format = settings.log
+    setup_logging("claireup", level=level, log_format=log_format)
+    stop = StopSignal().install()
     if args.once:
         return run_once(settings, stop)
-    return Daemon(settings, stop).serve()
+    return Service(settings, stop).serve()
+
+
+def run_once(settings: Settings, stop: threading.Event, *, clock: Clock = utc_now) -> int:
+    """One run; its metrics go to the log as a summary instead of being served."""
+    report = build_cleaner(settings, stop, clock=clock).run(dry_run=settings.dry_run)
+    log_summary(report, log)
+    return exit_code(report)
+
+
+def exit_code(report: RunReport) -> int:
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if report.outcome == "success" else EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -9,23 +9,28 @@ Why it cannot lose a publish or confuse a consumer:
 * after deleting from a queue, the queue's index is rebuilt under the queue lock
   (``QueueStore.rebuild_index``), and fetch finds "the first name after the pointer" by
   order, so a consumer whose pointer names a deleted message gets the next one;
+* a nonce marker is deleted only if, under its nonce lock, it is still old: one rolled
+  back and written anew since the listing is young again;
+* a queue's index and journal are deleted only when, under the queue lock, its directory
+  is gone (nobody can be using them then); never otherwise;
 * lock files are never removed: a process waiting on the old inode would hold a lock
   that a newcomer, opening a fresh file, would hold as well.
 
-Directories are streamed with ``os.scandir`` (memory does not grow with the file count)
-and a stop event is checked before every file, so SIGTERM ends a run within one file and
-a rerun simply carries on: nothing is remembered between runs.
+What each file *is* comes from the core (``zosciimq.core.walk``); this module only
+decides what is due. The walks stream ``os.scandir`` (memory does not grow with the file
+count) and a stop event is checked before every file, so SIGTERM ends a run within one
+file and a rerun simply carries on: nothing is remembered between runs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 from zoscii_claireup.report import (
     AREA_INDEX,
@@ -37,22 +42,19 @@ from zoscii_claireup.report import (
     Tally,
 )
 from zoscii_claireup.retention import ExpiryRule, older_than
-from zosciimq.core import DataDir, QueueStore, parse_name
-from zosciimq.core.errors import InvalidInput
+from zoscii_claireup.settings import Settings
+from zosciimq.core import DataDir, QueueStore, walk
 from zosciimq.core.locking import FileLock
-from zosciimq.core.names import RESERVED_QUEUES, MessageName, clean_nonce, clean_queue
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.queues import utc_now
+from zosciimq.core.walk import Found, Kind
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 # Called for each file a dry run would delete: (path, size in bytes).
 DryRunSink = Callable[[str, int], None]
-
-STORE_DEPTH = 3  # store/<d1>/<d2>/<d3>/<name>.bin
-INDEX_SUFFIX = ".idx"
-TMP_SUFFIX = ".tmp"  # durable.atomic_write / index.rebuild leftovers: ".<name>.<hex>.tmp"
+_DEFAULTS = Settings()  # the tuning knobs' defaults are the settings' own
 
 
 class Interrupted(Exception):
@@ -68,9 +70,9 @@ class Cleaner:
         temp_max_age_seconds: int,
         clock: Clock = utc_now,
         stop: threading.Event | None = None,
-        progress_every_files: int = 100_000,
-        progress_every_seconds: float = 30.0,
-        report_limit: int = 100,
+        progress_every_files: int = _DEFAULTS.progress_every_files,
+        progress_every_seconds: float = _DEFAULTS.progress_every_seconds,
+        report_limit: int = _DEFAULTS.report_limit,
         dry_run_sink: DryRunSink | None = None,
     ) -> None:
         self.data_dir = data_dir
@@ -112,7 +114,7 @@ class Cleaner:
 
 
 class _Run:
-    """The state of one run; methods walk one area each."""
+    """The state of one run; methods clean one area each."""
 
     def __init__(self, cleaner: Cleaner, now: datetime, dry_run: bool) -> None:
         self.cleaner = cleaner
@@ -130,13 +132,11 @@ class _Run:
     # --- queues ------------------------------------------------------------------------
     def clean_queues(self) -> None:
         tally = self.report.tally(AREA_QUEUE)  # entries of queues/ that are not queues
-        for entry in self._entries(self.data_dir.queues, tally):
-            if entry.name in RESERVED_QUEUES:
-                continue  # queues/temp: uploads in progress, see clean_temp
-            if entry.is_dir(follow_symlinks=False) and _is_queue_name(entry.name):
-                self.clean_queue(entry.name)
+        for found in walk.iter_queue_dirs(self.data_dir, self._on_error(tally)):
+            if found.kind is Kind.QUEUE and found.queue is not None:
+                self.clean_queue(found.queue)
             else:
-                self._unparsable(entry.path, tally)
+                self._unparsable(found.path, tally)
         if not tally.unparsable and not tally.errors:
             del self.report.tallies[(AREA_QUEUE, "")]
 
@@ -144,9 +144,9 @@ class _Run:
         tally = self.report.tally(AREA_QUEUE, queue)
         deleted_before = tally.deleted
         try:
-            for entry in self._entries(self.data_dir.queue_dir(queue), tally):
+            for found in walk.iter_queue_files(self.data_dir, queue, self._on_error(tally)):
                 self._tick(tally, f"queue {queue}")
-                self._consider_message(entry, tally)
+                self._consider_message(found, tally)
         finally:
             if tally.deleted > deleted_before and not self.dry_run:
                 self._rebuild_index(queue, tally)
@@ -165,109 +165,94 @@ class _Run:
     # --- store -------------------------------------------------------------------------
     def clean_store(self) -> None:
         tally = self.report.tally(AREA_STORE)
-        self._walk_store(self.data_dir.store, STORE_DEPTH, tally)
-
-    def _walk_store(self, directory: Path, depth: int, tally: Tally) -> None:
-        for entry in self._entries(directory, tally):
-            if depth == 0:
-                self._tick(tally, "store")
-                self._consider_message(entry, tally)
-            elif entry.is_dir(follow_symlinks=False):
-                self._walk_store(Path(entry.path), depth - 1, tally)
-            else:
-                self._unparsable(entry.path, tally)
+        for found in walk.iter_store_files(self.data_dir, self._on_error(tally)):
+            self._tick(tally, "store")
+            self._consider_message(found, tally)
 
     # --- messages ----------------------------------------------------------------------
-    def _consider_message(self, entry: os.DirEntry[str], tally: Tally) -> None:
-        name = _parse(entry.name)
-        if name is None or not entry.is_file(follow_symlinks=False):
-            self._unparsable(entry.path, tally)
-            return
-        if self.rule.expired(name):
-            self._delete(entry, tally)
+    def _consider_message(self, found: Found, tally: Tally) -> None:
+        if found.message is None:  # malformed, or a stray: left alone and reported
+            self._unparsable(found.path, tally)
+        elif self.rule.expired(found.message):
+            self._delete(found.entry, tally)
 
     # --- nonce markers -----------------------------------------------------------------
     def clean_nonces(self) -> None:
         tally = self.report.tally(AREA_NONCE)
         window = self.cleaner.nonce_window_seconds
-        for entry in self._entries(self.data_dir.nonces, tally):
+        for found in walk.iter_nonce_markers(self.data_dir, self._on_error(tally)):
             self._tick(tally, "nonce")
-            if not entry.is_file(follow_symlinks=False) or not _is_nonce(entry.name):
-                self._unparsable(entry.path, tally)
+            if found.kind is not Kind.NONCE:
+                self._unparsable(found.path, tally)
                 continue
-            mtime = _mtime(entry)
+            mtime = _mtime(found.entry)
             if mtime is None or not older_than(mtime, self.now, window):
                 continue
             if self.dry_run:
-                self._delete(entry, tally)
+                self._delete(found.entry, tally)
                 continue
             # Under the nonce's lock, re-read the age: a marker rolled back and written
             # anew since the listing is young again and must stay.
-            with self.nonces.lock(entry.name):
-                mtime = _mtime(entry, fresh=True)
+            with self.nonces.lock(found.name):
+                mtime = _mtime(found.entry, fresh=True)
                 if mtime is not None and older_than(mtime, self.now, window):
-                    self._delete(entry, tally)
+                    self._delete(found.entry, tally)
 
     # --- upload leftovers --------------------------------------------------------------
     def clean_temp(self) -> None:
         """Uploads that crashed before commit; one in progress keeps its mtime fresh."""
         tally = self.report.tally(AREA_TEMP)
-        for entry in self._entries(self.data_dir.temp, tally):
+        for found in walk.iter_uploads(self.data_dir, self._on_error(tally)):
             self._tick(tally, "temp")
-            if not entry.is_file(follow_symlinks=False):
-                self._unparsable(entry.path, tally)
+            if found.kind is not Kind.UPLOAD:
+                self._unparsable(found.path, tally)
                 continue
-            mtime = _mtime(entry, fresh=True)
-            if mtime is not None and older_than(mtime, self.now, self.cleaner.temp_max_age_seconds):
-                self._delete(entry, tally)
+            self._delete_if_older(found, self.cleaner.temp_max_age_seconds, tally)
 
     # --- the core's own data -----------------------------------------------------------
     def clean_indexes(self) -> None:
-        """Indexes of queue directories that no longer exist, and torn rebuild leftovers."""
+        """Indexes and journals of queues that no longer exist, and torn rewrites."""
         tally = self.report.tally(AREA_INDEX)
-        for entry in self._entries(self.data_dir.indexes, tally):
+        for found in walk.iter_index_files(self.data_dir, self._on_error(tally)):
             self._tick(tally, "index")
-            if not entry.is_file(follow_symlinks=False):
-                continue
-            if entry.name.startswith(".") and entry.name.endswith(TMP_SUFFIX):
-                mtime = _mtime(entry, fresh=True)
-                max_age = self.cleaner.temp_max_age_seconds
-                if mtime is not None and older_than(mtime, self.now, max_age):
-                    self._delete(entry, tally)
-                continue
-            queue = entry.name.removesuffix(INDEX_SUFFIX)
-            if queue == entry.name or not _is_queue_name(queue):
-                continue  # not ours to judge: the core may keep other files here
-            if self.data_dir.queue_dir(queue).exists():
-                continue
-            if self.dry_run:
-                self._delete(entry, tally)
-                continue
-            # A publisher creates the queue directory before it takes the queue lock,
-            # so under the lock "no directory" means nobody is using this index.
-            with FileLock(self.data_dir.queue_lock_path(queue)):
-                if not self.data_dir.queue_dir(queue).exists():
-                    self._delete(entry, tally)
+            if found.kind is Kind.LEFTOVER:
+                self._delete_if_older(found, self.cleaner.temp_max_age_seconds, tally)
+            elif found.kind in (Kind.INDEX, Kind.JOURNAL) and found.queue is not None:
+                self._delete_if_queue_vanished(found, found.queue, tally)
+            # anything else is not ours to judge: the core may keep other files here
+
+    def _delete_if_queue_vanished(self, found: Found, queue: str, tally: Tally) -> None:
+        if self.data_dir.queue_dir(queue).exists():
+            return
+        if self.dry_run:
+            self._delete(found.entry, tally)
+            return
+        # A publisher creates the queue directory by the time it holds the queue lock,
+        # so under the lock "no directory" means nobody is using this index or journal.
+        with FileLock(self.data_dir.queue_lock_path(queue)):
+            if not self.data_dir.queue_dir(queue).exists():
+                self._delete(found.entry, tally)
 
     # --- helpers -----------------------------------------------------------------------
-    def _entries(self, directory: Path, tally: Tally) -> Iterator[os.DirEntry[str]]:
-        """Stream a directory's entries; a missing one is empty, an unreadable one an error."""
-        try:
-            iterator = os.scandir(directory)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
+    def _on_error(self, tally: Tally) -> walk.OnError:
+        """A directory that cannot be listed is counted and logged; the run goes on."""
+
+        def listing_failed(path: str, exc: OSError) -> None:
             tally.errors += 1
-            log.error("cannot list %s: %s", directory, exc)
-            return
-        with iterator:
-            yield from iterator
+            log.error("cannot list %s: %s", path, exc)
+
+        return listing_failed
 
     def _tick(self, tally: Tally, where: str) -> None:
         if self.cleaner.stop.is_set():
             raise Interrupted
         tally.scanned += 1
         self.progress.tick(where)
+
+    def _delete_if_older(self, found: Found, max_age: float, tally: Tally) -> None:
+        mtime = _mtime(found.entry, fresh=True)
+        if mtime is not None and older_than(mtime, self.now, max_age):
+            self._delete(found.entry, tally)
 
     def _delete(self, entry: os.DirEntry[str], tally: Tally) -> None:
         try:
@@ -331,27 +316,6 @@ class _Progress:
         )
 
 
-def _parse(file_name: str) -> MessageName | None:
-    try:
-        return parse_name(file_name)
-    except InvalidInput:
-        return None
-
-
-def _is_queue_name(name: str) -> bool:
-    try:
-        return clean_queue(name) == name
-    except InvalidInput:
-        return False
-
-
-def _is_nonce(name: str) -> bool:
-    try:
-        return clean_nonce(name) == name
-    except InvalidInput:
-        return False
-
-
 def _mtime(entry: os.DirEntry[str], *, fresh: bool = False) -> float | None:
     """The entry's mtime; ``fresh`` skips scandir's cached stat for a just-now reading."""
     try:
@@ -360,3 +324,29 @@ def _mtime(entry: os.DirEntry[str], *, fresh: bool = False) -> float | None:
         return entry.stat(follow_symlinks=False).st_mtime
     except FileNotFoundError:
         return None
+
+
+def print_would_delete(path: str, size: int) -> None:
+    """A dry run's list on stdout, one ``<bytes>\\t<path>`` a line, ready for sort or awk."""
+    sys.stdout.write(f"{size}\t{path}\n")
+
+
+def build_cleaner(
+    settings: Settings,
+    stop: threading.Event,
+    *,
+    clock: Clock = utc_now,
+    dry_run_sink: DryRunSink | None = print_would_delete,
+) -> Cleaner:
+    """The cleaner these settings describe (for a one-shot run and the service alike)."""
+    return Cleaner(
+        DataDir(settings.data_dir),
+        nonce_window_seconds=settings.core.nonce_window_seconds,
+        temp_max_age_seconds=settings.temp_max_age_seconds,
+        clock=clock,
+        stop=stop,
+        progress_every_files=settings.progress_every_files,
+        progress_every_seconds=settings.progress_every_seconds,
+        report_limit=settings.report_limit,
+        dry_run_sink=dry_run_sink,
+    )

@@ -6,6 +6,7 @@ unparsable files are kept as a short sample for the log.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -83,6 +84,13 @@ class RunReport:
                 f"bytes={tally.deleted_bytes} unparsable={tally.unparsable} errors={tally.errors}"
             )
         return lines
+
+
+def log_summary(report: RunReport, log: logging.Logger) -> None:
+    """The summary in the log: INFO after a clean run, WARNING otherwise."""
+    level = logging.INFO if report.outcome == "success" else logging.WARNING
+    for line in report.summary_lines():
+        log.log(level, "%s", line)
 
 
 def format_bytes(count: int) -> str:

@@ -1,80 +1,34 @@
-"""The two ways claireup runs: one run and exit (cloud schedulers), or a daemon that
-runs on a cron schedule in UTC and serves /healthz and /metrics meanwhile."""
+"""claireup as a long-running service: runs on a cron schedule in UTC, the ops port
+(/healthz, /metrics) meanwhile, until the stop event is set.
+
+One run at a time: a run still going when the next is due skips that one.
+"""
 
 from __future__ import annotations
 
 import logging
-import sys
+import os
 import threading
 from datetime import UTC
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
-from zoscii_claireup.cleaner import Cleaner, Clock, DryRunSink
+from zoscii_claireup.cleaner import Clock, build_cleaner
 from zoscii_claireup.metrics import ClaireupMetrics
-from zoscii_claireup.report import RunReport
-from zoscii_claireup.server import HttpServer, make_app
+from zoscii_claireup.report import RunReport, log_summary
 from zoscii_claireup.settings import Settings, cron_trigger
 from zosciimq.core import DataDir
 from zosciimq.core.queues import utc_now
+from zosciimq.service import EXIT_OK, Health, OpsServer
+from zosciimq.service.ops import ops_app
 
 log = logging.getLogger(__name__)
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what a shell reports for a terminated job
 
 JOB_ID = "claireup"
 
 
-def print_would_delete(path: str, size: int) -> None:
-    """A dry run's list on stdout, one ``<bytes>\\t<path>`` a line, ready for sort or awk."""
-    sys.stdout.write(f"{size}\t{path}\n")
-
-
-def build_cleaner(
-    settings: Settings,
-    stop: threading.Event,
-    *,
-    clock: Clock = utc_now,
-    dry_run_sink: DryRunSink | None = print_would_delete,
-) -> Cleaner:
-    return Cleaner(
-        DataDir(settings.data_dir),
-        nonce_window_seconds=settings.core.nonce_window_seconds,
-        temp_max_age_seconds=settings.temp_max_age_seconds,
-        clock=clock,
-        stop=stop,
-        progress_every_files=settings.progress_every_files,
-        progress_every_seconds=settings.progress_every_seconds,
-        report_limit=settings.report_limit,
-        dry_run_sink=dry_run_sink,
-    )
-
-
-def log_report(report: RunReport) -> None:
-    level = logging.INFO if report.outcome == "success" else logging.WARNING
-    for line in report.summary_lines():
-        log.log(level, "%s", line)
-
-
-def exit_code(report: RunReport) -> int:
-    if report.interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if report.outcome == "success" else EXIT_FAILED
-
-
-def run_once(settings: Settings, stop: threading.Event, *, clock: Clock = utc_now) -> int:
-    """One run; its metrics go to the log as a summary instead of being served."""
-    report = build_cleaner(settings, stop, clock=clock).run(dry_run=settings.dry_run)
-    log_report(report)
-    return exit_code(report)
-
-
-class Daemon:
-    """Scheduled runs (one at a time; a run still going at the next time skips it)."""
-
+class Service:
     def __init__(self, settings: Settings, stop: threading.Event, *, clock: Clock = utc_now):
         self.settings = settings
         self.stop = stop
@@ -91,7 +45,7 @@ class Daemon:
             coalesce=True,
             misfire_grace_time=3600,
         )
-        self.server: HttpServer | None = None
+        self.server: OpsServer | None = None
 
     def run_job(self) -> RunReport | None:
         self.metrics.running.set(1)
@@ -104,9 +58,12 @@ class Daemon:
         finally:
             self.metrics.running.set(0)
         self.metrics.record(report)
-        log_report(report)
+        log_summary(report, log)
         self._log_next_run()
         return report
+
+    def health(self) -> Health:
+        return Health(health_problem(self.data_dir))
 
     def serve(self) -> int:
         """Run until ``stop`` is set (SIGTERM); a run in progress stops within one file."""
@@ -114,9 +71,8 @@ class Daemon:
             self.data_dir.ensure()
         except OSError as exc:  # /healthz says why; runs will log their own errors
             log.error("cannot prepare %s: %s", self.data_dir.root, exc)
-        self.server = HttpServer(
-            self.settings.host, self.settings.port, make_app(self.data_dir, self.registry)
-        ).start()
+        app = ops_app(self.health, self.registry)
+        self.server = OpsServer(self.settings.host, self.settings.port, app).start()
         self.scheduler.start()
         log.info(
             "claireup scheduled with %r (UTC)%s",
@@ -139,3 +95,15 @@ class Daemon:
         next_run = getattr(job, "next_run_time", None)
         if next_run is not None:
             log.info("next run at %s", next_run.astimezone(UTC).isoformat())
+
+
+def health_problem(data_dir: DataDir) -> str | None:
+    """Why a run could not do its work, or None. Deleting needs write access to the
+    directories that hold the files, on top of what every service checks."""
+    problem = data_dir.check_writable()
+    if problem:
+        return problem
+    for path in (data_dir.queues, data_dir.store):
+        if path.exists() and not os.access(path, os.W_OK):
+            return f"{path} is not writable"
+    return None

@@ -1,4 +1,4 @@
-"""claireup's configuration, read once from ``ZOSCII_*`` environment variables.
+"""claireup's configuration: one declaration per setting, read once from the environment.
 
 A bad value (an unparsable cron expression, a negative age) fails at start with the
 variable's name, not at midnight when the first run would have happened.
@@ -13,12 +13,8 @@ from pathlib import Path
 
 from apscheduler.triggers.cron import CronTrigger
 
-from zosciimq.settings import CoreSettings, SettingsError, env_bool, env_float, env_int, env_str
-
-DEFAULT_SCHEDULE = "0 0 * * *"  # midnight UTC, as the original
-DEFAULT_TEMP_MAX_AGE_SECONDS = 86_400
-DEFAULT_PORT = 9102
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+from zosciimq.service.logs import log_settings
+from zosciimq.settings import CoreSettings, SettingsError, env_field, read_env
 
 
 def cron_trigger(expression: str) -> CronTrigger:
@@ -35,15 +31,25 @@ def cron_trigger(expression: str) -> CronTrigger:
 @dataclass(frozen=True)
 class Settings:
     core: CoreSettings = field(default_factory=CoreSettings)
-    schedule: str = DEFAULT_SCHEDULE
-    temp_max_age_seconds: int = DEFAULT_TEMP_MAX_AGE_SECONDS
-    dry_run: bool = False
-    host: str = "0.0.0.0"
-    port: int = DEFAULT_PORT
-    progress_every_files: int = 100_000
-    progress_every_seconds: float = 30.0
-    report_limit: int = 100  # unparsable files named one by one in the log per area and run
-    log_level: str = "INFO"
+    # midnight UTC, as the original
+    schedule: str = env_field("ZOSCII_CLAIREUP_SCHEDULE", "0 0 * * *")
+    # at least a minute: an upload in progress must never look abandoned
+    temp_max_age_seconds: int = env_field(
+        "ZOSCII_CLAIREUP_TEMP_MAX_AGE_SECONDS", 86_400, minimum=60
+    )
+    dry_run: bool = env_field("ZOSCII_CLAIREUP_DRY_RUN", False)
+    host: str = env_field("ZOSCII_CLAIREUP_HOST", "0.0.0.0")  # the ops port's address
+    port: int = env_field("ZOSCII_CLAIREUP_PORT", 9102, minimum=0, maximum=65535)
+    progress_every_files: int = env_field(
+        "ZOSCII_CLAIREUP_PROGRESS_EVERY_FILES", 100_000, minimum=1
+    )
+    progress_every_seconds: float = env_field(
+        "ZOSCII_CLAIREUP_PROGRESS_EVERY_SECONDS", 30.0, minimum=0.1
+    )
+    # unparsable files named one by one in the log per run; beyond it only counted
+    report_limit: int = env_field("ZOSCII_CLAIREUP_REPORT_LIMIT", 100, minimum=0)
+    # (level, format) from ZOSCII_LOG_LEVEL and ZOSCII_LOG_FORMAT, as every service
+    log: tuple[str, str] = field(default_factory=lambda: log_settings({}))
 
     @property
     def data_dir(self) -> Path:
@@ -52,34 +58,12 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        settings = cls(
-            core=CoreSettings.from_env(env),
-            schedule=env_str(env, "ZOSCII_CLAIREUP_SCHEDULE", DEFAULT_SCHEDULE),
-            temp_max_age_seconds=env_int(
-                env,
-                "ZOSCII_CLAIREUP_TEMP_MAX_AGE_SECONDS",
-                DEFAULT_TEMP_MAX_AGE_SECONDS,
-                minimum=60,
-            ),
-            dry_run=env_bool(env, "ZOSCII_CLAIREUP_DRY_RUN", False),
-            host=env_str(env, "ZOSCII_CLAIREUP_HOST", "0.0.0.0"),
-            port=env_int(env, "ZOSCII_CLAIREUP_PORT", DEFAULT_PORT, minimum=0, maximum=65535),
-            progress_every_files=env_int(
-                env, "ZOSCII_CLAIREUP_PROGRESS_EVERY_FILES", 100_000, minimum=1
-            ),
-            progress_every_seconds=env_float(
-                env, "ZOSCII_CLAIREUP_PROGRESS_EVERY_SECONDS", 30.0, minimum=0.1
-            ),
-            report_limit=env_int(env, "ZOSCII_CLAIREUP_REPORT_LIMIT", 100, minimum=0),
-            log_level=env_str(env, "ZOSCII_LOG_LEVEL", "INFO").upper(),
-        )
+        settings = read_env(cls, env, core=CoreSettings.from_env(env), log=log_settings(env))
         settings.validate()
         return settings
 
     def validate(self) -> None:
         cron_trigger(self.schedule)
-        if self.log_level not in LOG_LEVELS:
-            raise SettingsError(f"ZOSCII_LOG_LEVEL={self.log_level!r}: use one of {LOG_LEVELS}")
 
     def with_overrides(
         self,

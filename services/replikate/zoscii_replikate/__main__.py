@@ -1,32 +1,43 @@
-"""``python -m zoscii_replikate``: the service, a one-shot run, or the pointer commands.
+"""``python -m zoscii_replikate``: the command line, around the service and the pointers.
 
-python -m zoscii_replikate                 # scheduler + metrics on 9101
+python -m zoscii_replikate                 # scheduler + metrics on 9101 (service.py)
 python -m zoscii_replikate --once [--job NAME]...   # each job once (cloud schedulers)
 python -m zoscii_replikate pointer show JOB
 python -m zoscii_replikate pointer reset JOB [--to NAME]
 python -m zoscii_replikate check           # validate the configuration, list the jobs
+python -m zoscii_replikate --version
+
+Exit codes: 0 fine, 1 a job failed (``--once``), 2 a configuration or input error (one
+line ``configuration error: ...`` on stderr for a setting), 3 the job is running (reset).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 
 from zoscii_replikate import pointer
 from zoscii_replikate.service import Service
-from zoscii_replikate.settings import ENV_PREFIX, Settings
+from zoscii_replikate.settings import CONFIG_VAR, Settings
 from zosciimq.core import DataDir
 from zosciimq.core.errors import InvalidInput
+from zosciimq.service import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_OK,
+    StopSignal,
+    settings_or_exit,
+    setup_logging,
+    version,
+)
 from zosciimq.settings import SettingsError
 
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
-EXIT_BUSY = 3
+EXIT_BUSY = 3  # pointer reset while the job runs somewhere
+
+log = logging.getLogger("zoscii.replikate")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -34,7 +45,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m zoscii_replikate",
         description="ZOSCII MQ replicator: pull queues from partner servers by pointer.",
     )
-    parser.add_argument("--config", help=f"TOML file (default: ${ENV_PREFIX}CONFIG)")
+    parser.add_argument("--version", action="version", version=f"zoscii-replikate {version()}")
+    parser.add_argument("--config", help=f"TOML file (default: ${CONFIG_VAR})")
     parser.add_argument("--once", action="store_true", help="run each job once and exit")
     parser.add_argument(
         "--job", action="append", dest="jobs", metavar="NAME", help="only this job (repeatable)"
@@ -55,26 +67,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     env = dict(os.environ)
     if args.config:
-        env[ENV_PREFIX + "CONFIG"] = args.config
-    try:
-        settings = Settings.from_env(env)
-        for name in args.jobs or ():
-            settings.job(name)
-    except SettingsError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+        env[CONFIG_VAR] = args.config
+    settings = settings_or_exit(lambda: _settings(env, args))
+    level, log_format = settings.logs
+    setup_logging("replikate", level=level, log_format=log_format)
     if args.command == "check":
         return _check(settings)
     if args.command == "pointer":
         return _pointer(settings, args)
-    return _run(settings, args)
+    return _run(settings, once=args.once)
+
+
+def _settings(env: dict[str, str], args: argparse.Namespace) -> Settings:
+    """The settings, with only the ``--job`` jobs; ``--once`` needs one at least."""
+    settings = Settings.from_env(env).only(args.jobs)
+    if args.once and not settings.jobs:
+        raise SettingsError("no jobs configured")
+    return settings
 
 
 def _check(settings: Settings) -> int:
+    data_dir = DataDir(settings.data_dir)
     print(f"config: {settings.config_path or '(none)'}; data dir: {settings.data_dir}")
     for job in settings.jobs:
         schedule = f"cron '{job.cron}'" if job.cron else f"every {job.interval_seconds:g} s"
@@ -87,62 +100,44 @@ def _check(settings: Settings) -> int:
             fetching += f", waiting {job.wait_seconds:g} s when caught up"
         print(
             f"{job.name}: {job.source_url} queue {job.source_queue} -> {job.target_label}, "
-            f"{schedule}, {fetching}, pointer {pointer.state_file_name(job)}"
+            f"{schedule}, {fetching}, pointer {pointer.pointer_path(data_dir, job).name}"
         )
     if not settings.jobs:
         print("no jobs configured", file=sys.stderr)
         return EXIT_CONFIG
-    return 0
+    return EXIT_OK
 
 
 def _pointer(settings: Settings, args: argparse.Namespace) -> int:
+    job = settings_or_exit(lambda: settings.job(args.job))
     data_dir = DataDir(settings.data_dir)
     try:
-        job = settings.job(args.job)
         if args.pointer_action == "show":
             print(pointer.show(data_dir, job))
         else:
             print(pointer.reset(data_dir, job, args.to))
-    except SettingsError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except InvalidInput as exc:
+    except InvalidInput as exc:  # a bad --to, or a damaged pointer file to show
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except pointer.JobBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BUSY
-    return 0
+    return EXIT_OK
 
 
-def _run(settings: Settings, args: argparse.Namespace) -> int:
-    log = logging.getLogger("zoscii.replikate")
-    if args.once and not settings.jobs:
-        print("configuration error: no jobs configured", file=sys.stderr)
-        return EXIT_CONFIG
-    if args.jobs:
-        settings = dataclasses.replace(
-            settings, jobs=tuple(job for job in settings.jobs if job.name in args.jobs)
-        )
-    service = Service(settings)
-    problem = service.prepare()
-    if problem:
-        log.error("data directory not usable: %s", problem)
-        if args.once:
-            return EXIT_FAILED
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s", signal.Signals(signum).name)
-        service.stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+def _run(settings: Settings, *, once: bool) -> int:
+    service = Service(settings, stop=StopSignal().install())
     try:
-        if args.once:
+        problem = service.prepare()
+        if problem:
+            log.error("data directory not usable: %s", problem)
+            if once:
+                return EXIT_FAILED
+        if once:
             results = service.run_once()
-            return 0 if all(result.ok for result in results) else EXIT_FAILED
+            return EXIT_OK if all(result.ok for result in results) else EXIT_FAILED
         service.serve()
-        return 0
+        return EXIT_OK
     finally:
         service.close()
 

@@ -1,14 +1,19 @@
-"""Prometheus metrics of the replicator, in a registry of its own (no import-time state)."""
+"""Prometheus metrics of the replicator, in a registry of its own (no import-time state).
+
+The service makes one for all its jobs, a test one per replicator, so that nothing leaks
+between two of them; the ops port (``zosciimq.service.ops``) serves its ``registry``.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 PREFIX = "zoscii_replikate"
 
 
 class ReplikateMetrics:
+    """Every metric a job updates, labelled by job (and reason or outcome)."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -63,6 +68,3 @@ class ReplikateMetrics:
             ["job"],
             registry=r,
         )
-
-    def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST

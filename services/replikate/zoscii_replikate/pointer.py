@@ -1,35 +1,36 @@
-"""A job's pointer file and the ``pointer show|reset`` commands.
+"""A job's pointer file and lock, and the ``pointer show|reset`` commands.
 
 The file is the protocol's ``states/replikate_state_<sq>_<tq or store>.txt`` holding
 only the last source name replicated, so the original replikate.php and this service
-can take over from each other.
+can take over from each other. Where it lies and how it is written is the core's
+(``zosciimq.core.states``); this module only knows which file belongs to which job.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from zoscii_replikate.settings import JobConfig
 from zosciimq.core.errors import InvalidInput
 from zosciimq.core.layout import DataDir
 from zosciimq.core.locking import FileLock
 from zosciimq.core.names import clean_pointer
 from zosciimq.core.states import read_pointer, state_path, write_pointer
 
-
-def state_file_name(job: JobConfig) -> str:
-    if job.pointer_file:
-        return job.pointer_file
-    return state_path(DataDir(Path(".")), job.source_queue, job.target_queue).name
+if TYPE_CHECKING:  # settings imports this module to refuse two jobs on one pointer file
+    from zoscii_replikate.settings import JobConfig
 
 
 def pointer_path(data_dir: DataDir, job: JobConfig) -> Path:
-    return data_dir.states / state_file_name(job)
+    """The job's own ``pointer_file`` if it has one, else the protocol's name."""
+    if job.pointer_file:
+        return data_dir.states / job.pointer_file
+    return state_path(data_dir, job.source_queue, job.target_queue)
 
 
 def job_lock(data_dir: DataDir, job: JobConfig) -> FileLock:
     """Held while a job runs, by whichever process or container runs it."""
-    return FileLock(data_dir.locks / f"replikate-{job.name}.lock")
+    return FileLock(data_dir.job_lock_path(job.name))
 
 
 class JobBusy(RuntimeError):

@@ -1,8 +1,12 @@
-"""The replicator service: every configured job on its schedule, or each once.
+"""The long-running replicator: every job on its schedule, the ops port, and a clean stop.
 
 APScheduler runs each job on its interval or crontab in a thread pool, one instance of a
 job at a time (``max_instances=1``, late runs coalesced). Across containers sharing the
 volume, the job's lock file keeps a second copy from running it at the same time.
+
+Health is about this container: 503 when the data directory is missing or not writable.
+A partner's server being down is no reason to restart the replicator (it would not
+help); it shows in the jobs' details of ``/healthz`` and in the metrics.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from zoscii_replikate.metrics import ReplikateMetrics
-from zoscii_replikate.ops_server import OpsServer, make_app
-from zoscii_replikate.replicator import Clock, Replicator, RunResult, utc_now
+from zoscii_replikate.replicator import Clock, Replicator, RunOutcome, RunResult, utc_now
 from zoscii_replikate.settings import JobConfig, Settings
 from zosciimq.core import DataDir
+from zosciimq.service import Health, OpsServer
+from zosciimq.service.ops import ops_app
 
 log = logging.getLogger("zoscii.replikate")
 
@@ -29,11 +34,20 @@ MAX_THREADS = 8
 
 
 class Service:
-    def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
+    """The jobs of ``settings``; ``stop`` (a ``StopSignal`` from the command line) ends
+    ``serve`` and ``run_once`` between two batches."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock = utc_now,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.settings = settings
         self.data_dir = DataDir(settings.data_dir)
         self.metrics = ReplikateMetrics()
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()
         self.ops_server: OpsServer | None = None  # set by serve()
         self.replicators = {
             job.name: Replicator(job, self.data_dir, self.metrics, clock=clock, stop=self.stop)
@@ -52,25 +66,39 @@ class Service:
         for replicator in self.replicators.values():
             replicator.close()
 
-    # --- one-shot ------------------------------------------------------------------------
-    def run_once(self, names: list[str] | None = None) -> list[RunResult]:
-        """Each job (or the named ones) once, one after the other, ignoring back-off."""
+    def run_once(self) -> list[RunResult]:
+        """Each job once, one after the other, ignoring back-off (``--once``)."""
         results = []
-        for name in names or list(self.replicators):
+        for replicator in self.replicators.values():
             if self.stop.is_set():
                 break
-            results.append(self.replicators[name].run(ignore_backoff=True))
+            results.append(replicator.run(ignore_backoff=True))
         return results
 
-    # --- the long-running service -----------------------------------------------------------
     def serve(self) -> None:
         """Schedule every job and serve /metrics and /healthz until ``stop`` is set."""
         ops = self.ops_server = OpsServer(
             self.settings.metrics_host,
             self.settings.metrics_port,
-            make_app(self.metrics.exposition, self.health),
+            ops_app(self.health, self.metrics.registry),
         ).start()
-        log.info("metrics and health on port %d", ops.port)
+        scheduler = self._scheduler()
+        if scheduler is None:
+            log.warning("no replication jobs configured: serving metrics and health only")
+        else:
+            scheduler.start()
+        try:
+            self.stop.wait()
+        finally:
+            log.info("stopping: letting running jobs finish their current batch")
+            if scheduler is not None:
+                scheduler.shutdown(wait=True)
+            ops.stop()
+
+    def _scheduler(self) -> BackgroundScheduler | None:
+        """Every job on its trigger (the interval's first run at once); None: no jobs."""
+        if not self.settings.jobs:
+            return None
         scheduler = BackgroundScheduler(
             timezone=UTC,
             executors={
@@ -94,34 +122,24 @@ class Service:
                 job.target_label,
                 f"cron '{job.cron}' (UTC)" if job.cron else f"every {job.interval_seconds:g} s",
             )
-        if job_count := len(self.settings.jobs):
-            scheduler.start()
-        else:
-            log.warning("no replication jobs configured: serving metrics and health only")
-        try:
-            self.stop.wait()
-        finally:
-            log.info("stopping: letting running jobs finish their current message")
-            if job_count:
-                scheduler.shutdown(wait=True)
-            ops.stop()
+        return scheduler
 
-    def health(self) -> tuple[bool, dict[str, Any]]:
-        problem = self.data_dir.check_writable()
-        jobs = {}
-        for name, replicator in self.replicators.items():
-            last = replicator.last_result
-            jobs[name] = {
-                "last_outcome": last.outcome if last else None,
-                "last_error": last.error if last and last.outcome == "error" else None,
-                "last_success": replicator.last_success.isoformat()
-                if replicator.last_success
-                else None,
-                "failures": replicator.failures,
-            }
-        if problem:
-            return False, {"status": "unavailable", "reason": problem, "jobs": jobs}
-        return True, {"status": "ok", "jobs": jobs}
+    def health(self) -> Health:
+        """The data directory's problem if any, and each job's last run."""
+        return Health(
+            self.data_dir.check_writable(),
+            {"jobs": {name: _job_health(r) for name, r in self.replicators.items()}},
+        )
+
+
+def _job_health(replicator: Replicator) -> dict[str, Any]:
+    last = replicator.last_result
+    return {
+        "last_outcome": last.outcome if last else None,
+        "last_error": last.error if last and last.outcome is RunOutcome.ERROR else None,
+        "last_success": replicator.last_success.isoformat() if replicator.last_success else None,
+        "failures": replicator.failures,
+    }
 
 
 def _trigger(job: JobConfig) -> CronTrigger | IntervalTrigger:

@@ -13,6 +13,10 @@ File (``ZOSCII_REPLIKATE_CONFIG``, default /etc/zoscii/replikate.toml)::
 The environment overrides the file's ``[defaults]`` (``ZOSCII_REPLIKATE_<KEY>``) and can
 define one whole job for the simple case (``ZOSCII_REPLIKATE_SOURCE_URL`` ...). A bad
 value fails at start, naming the job and the key.
+
+Each default is written once: on its ``JobConfig`` field (the ``inherited`` ones are the
+``[defaults]`` keys, their types and their ``ZOSCII_REPLIKATE_<KEY>`` variables) or, for
+the service's own settings, on its ``env_field``.
 """
 
 from __future__ import annotations
@@ -20,42 +24,98 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from zoscii_replikate.pointer import pointer_path
+from zosciimq.core import DataDir
 from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import clean_queue
-from zosciimq.settings import CoreSettings, SettingsError, env_int, env_str
+from zosciimq.service.logs import LEVELS, log_settings
+from zosciimq.settings import (
+    CoreSettings,
+    SettingsError,
+    env_bool,
+    env_field,
+    env_float,
+    env_int,
+    env_str,
+    read_env,
+)
 
 DEFAULT_CONFIG = Path("/etc/zoscii/replikate.toml")
 ENV_PREFIX = "ZOSCII_REPLIKATE_"
+CONFIG_VAR = ENV_PREFIX + "CONFIG"
 ENV_JOB_NAME = "env"
 _JOB_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _POINTER_FILE_RE = re.compile(r"replikate_state_[A-Za-z0-9_-]+\.txt")
 _SECRET_HEADERS = {"authorization", "proxy-authorization", "cookie", "x-api-key"}
 MODES = ("default", "original")
-
-# [defaults] keys: name -> (type, default). Each is also ZOSCII_REPLIKATE_<NAME>.
-DEFAULTS: dict[str, tuple[type, Any]] = {
-    "interval_seconds": (float, 30.0),
-    "max_messages_per_run": (int, 1000),
-    "max_message_bytes": (int, 1 << 30),
-    "connect_timeout": (float, 5.0),
-    "read_timeout": (float, 30.0),
-    "deadline_seconds": (float, 600.0),
-    "retries": (int, 2),
-    "verify_tls": (bool, True),
-    "ca_bundle": (str, ""),
-    "mode": (str, "default"),
-    "backoff_initial_seconds": (float, 5.0),
-    "backoff_max_seconds": (float, 600.0),
-    "batch_count": (int, 100),
-    "batch_bytes": (int, 16 << 20),
-    "wait_seconds": (float, 0.0),
-}
 MAX_BATCH_COUNT = 1000  # the api's default ZOSCII_MAX_BATCH_COUNT
+
+
+def inherited(default: Any) -> Any:
+    """A job key with a default for every job: ``[defaults]`` and ``ZOSCII_REPLIKATE_<KEY>``
+    may change it for all jobs, a job's own table for itself."""
+    return field(default=default, metadata={"inherited": True})
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One replication job: where from, where to, when, and how patiently."""
+
+    name: str
+    source_url: str
+    source_queue: str
+    target_queue: str | None  # None: the local store
+    cron: str | None = None  # crontab expression; replaces the interval when set
+    pointer_file: str | None = None  # default: replikate_state_<sq>_<tq or store>.txt
+    interval_seconds: float = inherited(30.0)
+    max_messages_per_run: int = inherited(1000)
+    max_message_bytes: int = inherited(1 << 30)
+    connect_timeout: float = inherited(5.0)
+    read_timeout: float = inherited(30.0)
+    deadline_seconds: float = inherited(600.0)
+    retries: int = inherited(2)
+    verify_tls: bool = inherited(True)
+    ca_bundle: str = inherited("")  # a CA file for the source (implies verify_tls)
+    mode: str = inherited("default")  # or "original": only what replikate.php sends
+    backoff_initial_seconds: float = inherited(5.0)
+    backoff_max_seconds: float = inherited(600.0)
+    batch_count: int = inherited(100)  # messages per fetch where the source has batches
+    batch_bytes: int = inherited(16 << 20)  # byte budget of a batch (the first always comes)
+    wait_seconds: float = inherited(0.0)  # long-poll after catching up (within the interval)
+    # A source name dated further ahead than this is refused: a hostile source could
+    # otherwise push the pointer to 9999 and hide every later message.
+    max_future_seconds: float = inherited(3600.0)
+    # Resolved from the environment at start; never printed.
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def verify(self) -> bool | str:
+        """TLS verification as the client takes it: False, True or a CA bundle's path."""
+        return (self.ca_bundle or True) if self.verify_tls else False
+
+    @property
+    def target_label(self) -> str:
+        return f"queue {self.target_queue}" if self.target_queue else "the store"
+
+
+def _inherited_keys() -> dict[str, tuple[type, Any]]:
+    hints = typing.get_type_hints(JobConfig)
+    return {
+        item.name: (hints[item.name], item.default)
+        for item in fields(JobConfig)
+        if item.metadata.get("inherited")
+    }
+
+
+# [defaults] keys: name -> (type, default), from the fields above.
+DEFAULTS = _inherited_keys()
 JOB_KEYS = set(DEFAULTS) | {
     "source_url",
     "source_queue",
@@ -69,47 +129,27 @@ JOB_KEYS = set(DEFAULTS) | {
     "pointer_file",
     "enabled",
 }
-
-
-@dataclass(frozen=True)
-class JobConfig:
-    name: str
-    source_url: str
-    source_queue: str
-    target_queue: str | None  # None: the local store
-    interval_seconds: float = 30.0
-    cron: str | None = None  # crontab expression; replaces the interval when set
-    max_messages_per_run: int = 1000
-    max_message_bytes: int = 1 << 30
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-    deadline_seconds: float = 600.0
-    retries: int = 2
-    verify: bool | str = True  # False, True, or a CA bundle path
-    mode: str = "default"
-    backoff_initial_seconds: float = 5.0
-    backoff_max_seconds: float = 600.0
-    batch_count: int = 100  # messages per fetch where the source has batches; 1: never batch
-    batch_bytes: int = 16 << 20  # byte budget of one batch (the first message always comes)
-    wait_seconds: float = 0.0  # long-poll after catching up, bounded by the interval; 0: off
-    pointer_file: str | None = None  # default: replikate_state_<sq>_<tq or store>.txt
-    # Resolved from the environment at start; never printed.
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
-
-    @property
-    def target_label(self) -> str:
-        return f"queue {self.target_queue}" if self.target_queue else "the store"
+# How ZOSCII_REPLIKATE_<KEY> is read, by the key's type: (env, variable, default) -> value.
+_FROM_ENV: dict[type, Callable[[Mapping[str, str], str, Any], Any]] = {
+    bool: env_bool,
+    int: env_int,
+    float: env_float,
+    str: env_str,
+}
 
 
 @dataclass(frozen=True)
 class Settings:
+    """Everything the replicator reads at start: where the data is, the jobs, the ops port
+    and the logging."""
+
     core: CoreSettings = field(default_factory=CoreSettings)
     config_path: Path | None = None
     jobs: tuple[JobConfig, ...] = ()
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = 9101
-    log_level: str = "INFO"
+    metrics_host: str = env_field(ENV_PREFIX + "METRICS_HOST", "0.0.0.0")
+    metrics_port: int = env_field(ENV_PREFIX + "METRICS_PORT", 9101, maximum=65535)
+    # (level, format) as every service reads them (zosciimq.service.logs), see _logs().
+    logs: tuple[str, str] = field(default_factory=lambda: log_settings({}))
 
     @property
     def data_dir(self) -> Path:
@@ -122,33 +162,54 @@ class Settings:
         known = ", ".join(j.name for j in self.jobs) or "none"
         raise SettingsError(f"no job named {name!r} (configured: {known})")
 
+    def only(self, names: Sequence[str] | None) -> Settings:
+        """These settings with only the named jobs (all of them for None or none)."""
+        if not names:
+            return self
+        wanted = {self.job(name).name for name in names}
+        return replace(self, jobs=tuple(j for j in self.jobs if j.name in wanted))
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        explicit = env.get(ENV_PREFIX + "CONFIG", "").strip()
-        config_path = Path(explicit) if explicit else DEFAULT_CONFIG
-        document: dict[str, Any] = {}
-        if config_path.exists():
-            try:
-                document = tomllib.loads(config_path.read_text(encoding="utf-8"))
-            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise SettingsError(f"{config_path}: {exc}") from None
-        elif explicit:
-            raise SettingsError(f"{ENV_PREFIX}CONFIG={explicit}: no such file")
-        else:
-            config_path = None
-        jobs = load_jobs(document, env)
-        return cls(
-            core=CoreSettings.from_env(env),
+        core = CoreSettings.from_env(env)
+        config_path, document = _read_config(env)
+        return read_env(
+            cls,
+            env,
+            core=core,
             config_path=config_path,
-            jobs=jobs,
-            metrics_host=env_str(env, ENV_PREFIX + "METRICS_HOST", "0.0.0.0"),
-            metrics_port=env_int(env, ENV_PREFIX + "METRICS_PORT", 9101, minimum=0, maximum=65535),
-            log_level=env_str(env, ENV_PREFIX + "LOG_LEVEL", "INFO").upper(),
+            jobs=load_jobs(document, env, DataDir(core.data_dir)),
+            logs=_logs(env),
         )
 
 
-def load_jobs(document: Mapping[str, Any], env: Mapping[str, str]) -> tuple[JobConfig, ...]:
+def _read_config(env: Mapping[str, str]) -> tuple[Path | None, dict[str, Any]]:
+    """The jobs file and its document; an explicitly named file must exist."""
+    explicit = env.get(CONFIG_VAR, "").strip()
+    config_path = Path(explicit) if explicit else DEFAULT_CONFIG
+    if config_path.exists():
+        try:
+            return config_path, tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{config_path}: {exc}") from None
+    if explicit:
+        raise SettingsError(f"{CONFIG_VAR}={explicit}: no such file")
+    return None, {}
+
+
+def _logs(env: Mapping[str, str]) -> tuple[str, str]:
+    """``ZOSCII_LOG_LEVEL`` and ``ZOSCII_LOG_FORMAT`` as every service reads them; the
+    replicator's older ``ZOSCII_REPLIKATE_LOG_LEVEL`` (still in docker-compose.yml) wins."""
+    own = env.get(ENV_PREFIX + "LOG_LEVEL", "").strip().upper()
+    if own and own not in LEVELS:
+        raise SettingsError(f"{ENV_PREFIX}LOG_LEVEL={own!r}: use one of {', '.join(LEVELS)}")
+    return log_settings({**env, "ZOSCII_LOG_LEVEL": own} if own else env)
+
+
+def load_jobs(
+    document: Mapping[str, Any], env: Mapping[str, str], data_dir: DataDir
+) -> tuple[JobConfig, ...]:
     unknown = set(document) - {"defaults", "jobs"}
     if unknown:
         raise SettingsError(
@@ -165,21 +226,19 @@ def load_jobs(document: Mapping[str, Any], env: Mapping[str, str]) -> tuple[JobC
         if table.get("enabled", True) is False:
             continue
         jobs.append(_job(name, table, defaults, env))
-    _check_pointer_files(jobs)
+    _check_pointer_files(jobs, data_dir)
     return tuple(jobs)
 
 
 def _defaults(table: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Every inherited key: the field's default, else [defaults], else ZOSCII_REPLIKATE_<KEY>."""
     unknown = set(table) - set(DEFAULTS)
     if unknown:
         raise SettingsError(f"[defaults]: unknown key(s) {sorted(unknown)}")
-    values = {
-        key: _typed(f"[defaults] {key}", table.get(key, d), t) for key, (t, d) in DEFAULTS.items()
-    }
-    for key, (kind, _default) in DEFAULTS.items():
-        raw = env.get(ENV_PREFIX + key.upper(), "").strip()
-        if raw:
-            values[key] = _from_text(ENV_PREFIX + key.upper(), raw, kind)
+    values = {}
+    for key, (kind, default) in DEFAULTS.items():
+        value = _typed(f"[defaults] {key}", table.get(key, default), kind)
+        values[key] = _FROM_ENV[kind](env, ENV_PREFIX + key.upper(), value)
     return values
 
 
@@ -219,67 +278,57 @@ def _job(
     for key, (kind, _default) in DEFAULTS.items():
         if key in table:
             values[key] = _typed(f"{where} {key}", table[key], kind)
+    if values["mode"] == "compat":
+        values["mode"] = "original"
 
     url = _required_str(table, "source_url", where)
     if not url.startswith(("http://", "https://")):
         raise SettingsError(f"{where} source_url: expected an http:// or https:// URL")
-    source_queue = _queue(_required_str(table, "source_queue", where), f"{where} source_queue")
     target = table.get("target_queue")
-    target_queue = _queue(target, f"{where} target_queue") if target else None
     cron = table.get("cron")
-    if cron is not None:
-        cron = _cron(cron, f"{where} cron")
-    if values["mode"] == "compat":
-        values["mode"] = "original"
-    if values["mode"] not in MODES:
-        raise SettingsError(f"{where} mode: {values['mode']!r}, expected one of {MODES}")
-    for key in ("interval_seconds", "connect_timeout", "read_timeout", "deadline_seconds"):
-        if values[key] <= 0:
-            raise SettingsError(f"{where} {key}: must be more than 0")
-    if values["max_messages_per_run"] < 1 or values["max_message_bytes"] < 1:
-        raise SettingsError(f"{where}: max_messages_per_run and max_message_bytes must be >= 1")
-    if not 1 <= values["batch_count"] <= MAX_BATCH_COUNT:
-        raise SettingsError(f"{where} batch_count: must be 1 to {MAX_BATCH_COUNT} (1: no batches)")
-    if values["batch_bytes"] < 1:
-        raise SettingsError(f"{where} batch_bytes: must be >= 1")
-    if not 0 <= values["wait_seconds"] <= 3600:
-        raise SettingsError(f"{where} wait_seconds: must be 0 (off) to 3600")
-    verify: bool | str = values["verify_tls"]
-    if values["ca_bundle"]:
-        if not verify:
-            raise SettingsError(f"{where}: ca_bundle given but verify_tls is false")
-        if not Path(values["ca_bundle"]).is_file():
-            raise SettingsError(f"{where} ca_bundle: {values['ca_bundle']} is not a file")
-        verify = values["ca_bundle"]
-    pointer_file = table.get("pointer_file")
-    if pointer_file is not None and (
-        not isinstance(pointer_file, str) or not _POINTER_FILE_RE.fullmatch(pointer_file)
-    ):
-        raise SettingsError(f"{where} pointer_file: expected replikate_state_<a-zA-Z0-9_->.txt")
-    return JobConfig(
+    job = JobConfig(
         name=name,
         source_url=url,
-        source_queue=source_queue,
-        target_queue=target_queue,
-        interval_seconds=values["interval_seconds"],
-        cron=cron,
-        max_messages_per_run=values["max_messages_per_run"],
-        max_message_bytes=values["max_message_bytes"],
-        connect_timeout=values["connect_timeout"],
-        read_timeout=values["read_timeout"],
-        deadline_seconds=values["deadline_seconds"],
-        retries=values["retries"],
-        verify=verify,
-        mode=values["mode"],
-        backoff_initial_seconds=values["backoff_initial_seconds"],
-        backoff_max_seconds=values["backoff_max_seconds"],
-        batch_count=values["batch_count"],
-        batch_bytes=values["batch_bytes"],
-        wait_seconds=values["wait_seconds"],
-        pointer_file=pointer_file,
+        source_queue=_queue(_required_str(table, "source_queue", where), f"{where} source_queue"),
+        target_queue=_queue(target, f"{where} target_queue") if target else None,
+        cron=None if cron is None else _cron(cron, f"{where} cron"),
+        pointer_file=_pointer_file(table.get("pointer_file"), where),
         headers=_headers(table, where, env),
         basic_auth=_basic_auth(table, where, env),
+        **values,
     )
+    _check_values(job, where)
+    return job
+
+
+def _check_values(job: JobConfig, where: str) -> None:
+    """The inherited keys' values that their types allow but a run could not use."""
+    if job.mode not in MODES:
+        raise SettingsError(f"{where} mode: {job.mode!r}, expected one of {MODES}")
+    for key in ("interval_seconds", "connect_timeout", "read_timeout", "deadline_seconds"):
+        if getattr(job, key) <= 0:
+            raise SettingsError(f"{where} {key}: must be more than 0")
+    if job.max_messages_per_run < 1 or job.max_message_bytes < 1:
+        raise SettingsError(f"{where}: max_messages_per_run and max_message_bytes must be >= 1")
+    if not 1 <= job.batch_count <= MAX_BATCH_COUNT:
+        raise SettingsError(f"{where} batch_count: must be 1 to {MAX_BATCH_COUNT} (1: no batches)")
+    if job.batch_bytes < 1:
+        raise SettingsError(f"{where} batch_bytes: must be >= 1")
+    if not 0 <= job.wait_seconds <= 3600:
+        raise SettingsError(f"{where} wait_seconds: must be 0 (off) to 3600")
+    if job.max_future_seconds < 60:
+        raise SettingsError(f"{where} max_future_seconds: must be at least 60")
+    if job.ca_bundle:
+        if not job.verify_tls:
+            raise SettingsError(f"{where}: ca_bundle given but verify_tls is false")
+        if not Path(job.ca_bundle).is_file():
+            raise SettingsError(f"{where} ca_bundle: {job.ca_bundle} is not a file")
+
+
+def _pointer_file(value: Any, where: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not _POINTER_FILE_RE.fullmatch(value)):
+        raise SettingsError(f"{where} pointer_file: expected replikate_state_<a-zA-Z0-9_->.txt")
+    return value
 
 
 def _headers(table: Mapping[str, Any], where: str, env: Mapping[str, str]) -> dict[str, str]:
@@ -318,19 +367,17 @@ def _secret(env: Mapping[str, str], var: str, where: str) -> str:
     return value
 
 
-def _check_pointer_files(jobs: list[JobConfig]) -> None:
+def _check_pointer_files(jobs: list[JobConfig], data_dir: DataDir) -> None:
     """Two jobs sharing one pointer file would skip each other's messages: refuse."""
-    from zoscii_replikate.pointer import state_file_name
-
-    seen: dict[str, str] = {}
+    seen: dict[Path, str] = {}
     for job in jobs:
-        key = state_file_name(job)
-        if key in seen:
+        path = pointer_path(data_dir, job)
+        if path in seen:
             raise SettingsError(
-                f"jobs {seen[key]!r} and {job.name!r} would share the pointer file {key}; "
+                f"jobs {seen[path]!r} and {job.name!r} would share the pointer file {path.name}; "
                 "give one of them its own pointer_file"
             )
-        seen[key] = job.name
+        seen[path] = job.name
 
 
 def _queue(raw: Any, where: str) -> str:
@@ -377,24 +424,9 @@ def _plain_str(value: Any, where: str) -> str:
 
 
 def _typed(where: str, value: Any, kind: type) -> Any:
+    """A TOML value as the key's type (an integer is a float where a float is expected)."""
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise SettingsError(f"{where}: expected {kind.__name__}, got {value!r}")
     return value
-
-
-def _from_text(name: str, raw: str, kind: type) -> Any:
-    if kind is bool:
-        lowered = raw.lower()
-        if lowered in {"1", "true", "yes", "on"}:
-            return True
-        if lowered in {"0", "false", "no", "off"}:
-            return False
-        raise SettingsError(f"{name}={raw!r}: expected true or false")
-    if kind is str:
-        return raw
-    try:
-        return kind(raw.replace("_", ""))
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r}: expected {kind.__name__}") from None

@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from zoscii_statissa.model import GroupStats, Snapshot
-from zoscii_statissa.service import StatsService
+from zoscii_statissa.snapshots import SnapshotKeeper
 
 _GroupValue = Callable[[GroupStats], float | None]
 
@@ -69,17 +69,17 @@ _GROUP_METRICS: tuple[tuple[str, str, _GroupValue], ...] = (
 
 
 class StatissaCollector(Collector):
-    def __init__(self, service: StatsService) -> None:
-        self._service = service
+    def __init__(self, keeper: SnapshotKeeper) -> None:
+        self._keeper = keeper
 
     def collect(self) -> Iterator[Metric]:
         yield from self._run_metrics()
-        snapshot = self._service.snapshot
+        snapshot = self._keeper.snapshot
         if snapshot is not None:
             yield from _snapshot_metrics(snapshot)
 
     def _run_metrics(self) -> Iterator[Metric]:
-        status = self._service.status
+        status = self._keeper.status
         runs = CounterMetricFamily("zoscii_statissa_runs", "Statistics computations attempted.")
         runs.add_metric([], status.runs_total)
         yield runs

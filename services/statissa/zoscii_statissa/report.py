@@ -13,7 +13,7 @@ from markupsafe import Markup
 
 from zoscii_statissa.model import GroupStats, Snapshot
 from zoscii_statissa.scan import HOURS
-from zoscii_statissa.service import RunStatus
+from zoscii_statissa.snapshots import RunStatus
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 

@@ -1,9 +1,10 @@
 """The per-directory scan: runs inside Spark executors (and in the Python-only baseline).
 
 Only names and sizes are read, never message contents: a name carries the publish time,
-the retention and the ``-u`` flag, and a directory entry gives the size. Each directory
-is folded into one ``Partial`` where it is listed, so a million file names never travel
-as rows: only one small aggregate per directory leaves the executor.
+the retention and the ``-u`` flag, and a directory entry gives the size. Which entries
+are messages is the core's call (``zosciimq.core.walk``). Each directory is folded into
+one ``Partial`` where it is listed, so a million file names never travel as rows: only
+one small aggregate per directory leaves the executor.
 
 This module imports nothing from Spark, so executors need only ``zosciimq`` and this
 package on their path.
@@ -11,15 +12,14 @@ package on their path.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from zosciimq.core.errors import InvalidInput
+from zosciimq.core import walk
 from zosciimq.core.layout import DataDir
-from zosciimq.core.names import parse_name
-from zosciimq.core.store import fanout_roots, iter_fanout_entries
+from zosciimq.core.names import MessageName
+from zosciimq.core.store import fanout_roots
+from zosciimq.core.walk import Kind
 
 HOURS = 24
 DAY_SECONDS = 86_400
@@ -46,13 +46,8 @@ class Partial:
     unrecognised: int = 0  # *.bin files whose names do not parse: left alone, reported
     hourly: list[int] = field(default_factory=lambda: [0] * HOURS)  # [0] = the last hour
 
-    def add(self, name: str, size: int, now: float) -> None:
-        try:
-            parsed = parse_name(name)
-        except InvalidInput:
-            self.unrecognised += 1
-            return
-        published, expires = parsed.published_timestamp, parsed.expires_timestamp
+    def add(self, message: MessageName, size: int, now: float) -> None:
+        published, expires = message.published_timestamp, message.expires_timestamp
         self.messages += 1
         self.bytes += size
         if self.oldest is None or published < self.oldest:
@@ -63,7 +58,7 @@ class Partial:
             self.expired += 1
         if expires <= now + DAY_SECONDS:
             self.expiring_24h += 1
-        if parsed.unidentified:
+        if message.unidentified:
             self.unidentified += 1
         age = now - published
         if age < DAY_SECONDS:
@@ -107,29 +102,20 @@ def list_tasks(data_dir: DataDir) -> list[Task]:
 
 def scan_directory(kind: str, directory: str, now: float) -> Partial:
     partial = Partial()
-    for entry in _entries(kind, directory):
-        if not entry.name.endswith(".bin"):
-            continue
-        try:
-            size = entry.stat(follow_symlinks=False).st_size
-        except FileNotFoundError:
-            continue  # deleted (claireup) or renamed (identify) while we looked
-        partial.add(entry.name, size, now)
-    return partial
-
-
-def _entries(kind: str, directory: str) -> Iterator[os.DirEntry[str]]:
     if kind == STORE:
-        yield from iter_fanout_entries(Path(directory))
-        return
-    try:
-        entries = os.scandir(directory)
-    except FileNotFoundError:
-        return  # queue removed since the driver listed it
-    with entries:
-        for entry in entries:
-            if entry.is_file(follow_symlinks=False):
-                yield entry
+        files = walk.iter_fanout_files(directory)
+    else:
+        files = walk.iter_message_files(directory)
+    for found in files:
+        if found.kind is Kind.MALFORMED:
+            partial.unrecognised += 1
+        elif found.message is not None:
+            try:
+                size = found.entry.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue  # deleted (claireup) or renamed (identify) while we looked
+            partial.add(found.message, size, now)
+    return partial
 
 
 def scan_tasks(tasks: Iterable[Task], now: float) -> Iterator[tuple[GroupKey, Partial]]:

@@ -1,113 +1,72 @@
-"""Runs computations one at a time and keeps the last good snapshot.
+"""statissa as a long-running service: a computation every interval (the first at once),
+the port with the page, /stats.json, /metrics and /healthz meanwhile, until the stop
+event is set.
 
-A failed run never replaces the figures being served: it only shows up in the run
-status (metrics ``zoscii_statissa_last_run_success`` and ``..._runs_failed_total``, the
-page's banner) and in the log.
+Spark, the scheduler and the HTTP server share one process on purpose: the figures live
+in memory and are served as they were computed, never recomputed per request.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
+from functools import partial
 
-from zoscii_statissa.model import Snapshot
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from zoscii_statissa.compute import compute_snapshot
+from zoscii_statissa.settings import Settings
+from zoscii_statissa.snapshots import SnapshotKeeper
+from zoscii_statissa.spark import SparkScanner
+from zoscii_statissa.web import create_app
+from zosciimq.core.layout import DataDir
+from zosciimq.core.queues import utc_now
+from zosciimq.service import EXIT_OK, OpsServer
 
 log = logging.getLogger(__name__)
 
-Compute = Callable[[float], Snapshot]  # now (Unix seconds) -> snapshot
+JOB_ID = "statistics"
 
 
-@dataclass(frozen=True)
-class RunStatus:
-    runs_total: int = 0
-    runs_failed_total: int = 0
-    last_run_success: bool | None = None  # None: no run finished yet
-    last_run_finished_at: float | None = None  # Unix seconds, wall clock
-    last_run_duration_seconds: float | None = None
-    last_success_at: float | None = None  # the served snapshot's "now"
-    last_error: str = ""
-    running: bool = False
+class Service:
+    def __init__(self, settings: Settings, scanner: SparkScanner, stop: threading.Event) -> None:
+        self.settings = settings
+        self.scanner = scanner
+        self.stop = stop
+        self.data_dir = DataDir(settings.data_dir)
+        self.keeper = SnapshotKeeper(partial(compute_snapshot, scanner, self.data_dir), utc_now)
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self.scheduler.add_job(
+            self.keeper.refresh_quietly,
+            IntervalTrigger(seconds=settings.interval_seconds, timezone=UTC),
+            id=JOB_ID,
+            next_run_time=datetime.now(UTC),  # the first run starts at once
+            max_instances=1,
+            coalesce=True,
+        )
+        self.server: OpsServer | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "runs_total": self.runs_total,
-            "runs_failed_total": self.runs_failed_total,
-            "last_run_success": self.last_run_success,
-            "last_run_finished_at": self.last_run_finished_at,
-            "last_run_duration_seconds": self.last_run_duration_seconds,
-            "last_success_at": self.last_success_at,
-            "last_error": self.last_error,
-            "running": self.running,
-        }
-
-
-class StatsService:
-    """Thread-safe holder of the latest snapshot; ``refresh`` is what the scheduler calls."""
-
-    def __init__(self, compute: Compute, clock: Callable[[], datetime]) -> None:
-        self._compute = compute
-        self._clock = clock
-        self._run_lock = threading.Lock()
-        self._state_lock = threading.Lock()
-        self._snapshot: Snapshot | None = None
-        self._status = RunStatus()
-
-    @property
-    def snapshot(self) -> Snapshot | None:
-        return self._snapshot
-
-    @property
-    def status(self) -> RunStatus:
-        return self._status
-
-    def refresh(self) -> Snapshot:
-        """Compute now (waiting for a run in progress first); raises if the run fails."""
-        with self._run_lock:
-            self._set(running=True)
-            started = time.monotonic()
-            now = self._clock().timestamp()
-            try:
-                snapshot = self._compute(now)
-            except Exception as exc:
-                duration = time.monotonic() - started
-                log.exception(
-                    "statistics run failed after %.2fs; keeping the last figures", duration
-                )
-                self._finish(False, duration, error=f"{type(exc).__name__}: {exc}")
-                raise
-            duration = time.monotonic() - started
-            self._snapshot = snapshot
-            self._finish(True, duration, success_at=snapshot.generated_at)
-            return snapshot
-
-    def refresh_quietly(self) -> None:
-        """For the scheduler: a failure is already logged and counted by ``refresh``."""
+    def serve(self) -> int:
+        """Run until ``stop`` is set (SIGTERM); a computation in progress is cancelled."""
+        app = create_app(self.keeper, self.data_dir)
+        self.server = OpsServer(self.settings.host, self.settings.port, app).start()
+        self.scheduler.start()
+        log.info(
+            "statissa serving on %s:%d, data %s, every %ds, Spark master %s",
+            self.settings.host,
+            self.server.port,
+            self.data_dir.root,
+            self.settings.interval_seconds,
+            self.settings.spark_master,
+        )
         try:
-            self.refresh()
-        except Exception:
-            pass
-
-    def _finish(
-        self, success: bool, duration: float, *, error: str = "", success_at: float | None = None
-    ) -> None:
-        with self._state_lock:
-            status = self._status
-            self._status = replace(
-                status,
-                runs_total=status.runs_total + 1,
-                runs_failed_total=status.runs_failed_total + (0 if success else 1),
-                last_run_success=success,
-                last_run_finished_at=self._clock().timestamp(),
-                last_run_duration_seconds=duration,
-                last_success_at=success_at if success else status.last_success_at,
-                last_error="" if success else error,
-                running=False,
-            )
-
-    def _set(self, **changes: object) -> None:
-        with self._state_lock:
-            self._status = replace(self._status, **changes)  # type: ignore[arg-type]
+            while not self.stop.wait(timeout=1.0):
+                pass
+        finally:
+            log.info("stopping")
+            self.server.stop()
+            self.scanner.cancel()  # the run in progress fails fast; its thread then ends
+            self.scheduler.shutdown(wait=False)
+        return EXIT_OK

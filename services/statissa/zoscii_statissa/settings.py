@@ -1,4 +1,4 @@
-"""statissa's configuration, read once from the environment at start."""
+"""statissa's configuration: one declaration per setting, read once from the environment."""
 
 from __future__ import annotations
 
@@ -7,25 +7,34 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zosciimq.settings import (
-    CoreSettings,
-    SettingsError,
-    env_int,
-    env_list,
-    env_str,
-)
+from zosciimq.service.logs import log_settings
+from zosciimq.settings import CoreSettings, SettingsError, env_field, env_list, read_env
+
+
+def _spark_conf(raw: str) -> tuple[tuple[str, str], ...]:
+    """``key=value`` pairs passed to Spark as they are (cluster images, executor sizes...)."""
+    pairs = []
+    for item in env_list({"ZOSCII_SPARK_CONF": raw}, "ZOSCII_SPARK_CONF", ()):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().startswith("spark."):
+            raise SettingsError(f"ZOSCII_SPARK_CONF: {item!r} is not spark.<key>=<value>")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
 
 
 @dataclass(frozen=True)
 class Settings:
     core: CoreSettings = field(default_factory=CoreSettings)
-    host: str = "0.0.0.0"
-    port: int = 9103
-    interval_seconds: int = 300
-    spark_master: str = "local[*]"
-    spark_driver_memory: str = "1g"
-    spark_local_dir: Path = Path("/tmp/zoscii-statissa")
-    spark_conf: tuple[tuple[str, str], ...] = ()
+    host: str = env_field("ZOSCII_STATISSA_HOST", "0.0.0.0")
+    port: int = env_field("ZOSCII_STATISSA_PORT", 9103, minimum=1, maximum=65535)
+    interval_seconds: int = env_field("ZOSCII_STATISSA_INTERVAL_SECONDS", 300, minimum=1)
+    spark_master: str = env_field("ZOSCII_SPARK_MASTER", "local[*]")
+    spark_driver_memory: str = env_field("ZOSCII_SPARK_DRIVER_MEMORY", "1g")
+    # Spark's scratch space; the image's root file system is read-only, /tmp is not
+    spark_local_dir: Path = env_field("ZOSCII_SPARK_LOCAL_DIR", Path("/tmp/zoscii-statissa"))
+    spark_conf: tuple[tuple[str, str], ...] = env_field("ZOSCII_SPARK_CONF", (), parse=_spark_conf)
+    # (level, format) from ZOSCII_LOG_LEVEL and ZOSCII_LOG_FORMAT, as every service
+    log: tuple[str, str] = field(default_factory=lambda: log_settings({}))
 
     @property
     def data_dir(self) -> Path:
@@ -38,24 +47,4 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        return cls(
-            core=CoreSettings.from_env(env),
-            host=env_str(env, "ZOSCII_STATISSA_HOST", "0.0.0.0"),
-            port=env_int(env, "ZOSCII_STATISSA_PORT", 9103, minimum=1, maximum=65535),
-            interval_seconds=env_int(env, "ZOSCII_STATISSA_INTERVAL_SECONDS", 300, minimum=1),
-            spark_master=env_str(env, "ZOSCII_SPARK_MASTER", "local[*]"),
-            spark_driver_memory=env_str(env, "ZOSCII_SPARK_DRIVER_MEMORY", "1g"),
-            spark_local_dir=Path(env_str(env, "ZOSCII_SPARK_LOCAL_DIR", "/tmp/zoscii-statissa")),
-            spark_conf=_parse_spark_conf(env_list(env, "ZOSCII_SPARK_CONF", ())),
-        )
-
-
-def _parse_spark_conf(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """``key=value`` pairs passed to Spark as they are (cluster images, executor sizes...)."""
-    pairs = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip().startswith("spark."):
-            raise SettingsError(f"ZOSCII_SPARK_CONF: {item!r} is not spark.<key>=<value>")
-        pairs.append((key.strip(), value.strip()))
-    return tuple(pairs)
+        return read_env(cls, env, core=CoreSettings.from_env(env), log=log_settings(env))
