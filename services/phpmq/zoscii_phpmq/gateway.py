@@ -1,0 +1,770 @@
+"""The PHPMQ gateway: connections, consumers and their windows, on the core's queues.
+
+One asyncio event loop serves every connection; each blocking call into the core
+(``QueueStore``, ``ConsumerGroups``: file locks, fsyncs) runs in a thread pool. What a
+message does:
+
+* **000 authenticate** (this gateway's addition, packet 06 = bearer token): with access
+  control on, the first message of every connection; off, accepted and ignored.
+* **001 send**: the content is streamed into an upload file as it arrives and published
+  to the queue (``clean_queue``), the TTL (seconds, 0 or absent: none) as the message's
+  expiry for consumer groups, with the gateway's retention.
+* **002 consume**: the connection becomes a consumer of the queue's group (``phpmq``, or
+  the queue's own from ``ZOSCII_PHPMQ_QUEUE_GROUPS``) with a window of ``count``
+  unacknowledged messages: messages are leased and dispatched (003) while fewer than
+  ``count`` are unacknowledged; each 004, 005 or 006 frees a place and the window is
+  topped up. A second 002 for the same queue changes the window.
+* **004 / 005 / 006**: ack, requeue (behind the messages waiting, with the new TTL if
+  the packet is there: 0 = none) and dead letter of the message whose id is given.
+
+The message id is the 32-hex token of the delivery's receipt (``<name>:<token>``). The
+gateway keeps id -> receipt: while the connection that received it is open, and after it
+closed (bounded, ``ZOSCII_PHPMQ_MAX_IDS``), so an ack sent after a reconnect still
+works, on any connection of this process. An id that is unknown (never dispatched by
+this process, forgotten, already finished, or not of the named queue) or fenced (its
+lease went to another consumer meanwhile) is logged and answered by nothing: PHPMQ has
+no error message.
+
+Leases last ``ZOSCII_PHPMQ_LEASE_SECONDS`` and are renewed while their connection is
+open, however long the client works. When a connection closes, its unacknowledged
+messages are released at once (their lease ends now): they are delivered again first,
+to whichever consumer asks next, in their order, each counted as a delivery (after
+``ZOSCII_MAX_DELIVERIES`` they go to the dead letters). A stop (SIGTERM) does the same.
+
+A frame that breaks the format, a missing token, a missing right, or a storage error
+closes the connection with a logged reason (counted by reason); the process carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+import math
+import os
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from zoscii_phpmq.metrics import PhpmqMetrics
+from zoscii_phpmq.protocol import (
+    FrameReader,
+    Incoming,
+    MessageType,
+    PacketType,
+    ProtocolError,
+    encode,
+)
+from zoscii_phpmq.settings import Settings
+from zosciimq.access import Client
+from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
+from zosciimq.core.groups import ConsumerGroups, Delivery, Outcome
+from zosciimq.core.names import clean_queue
+from zosciimq.errors import Fenced, Forbidden, InvalidInput, TryAgain, Unauthenticated, ZosciiError
+
+log = logging.getLogger("zoscii_phpmq.gateway")
+
+T = TypeVar("T")
+FULL_LOOK_SECONDS = 1.0  # a waiting consumer asks the group at least this often
+PUBLISH_RETRIES = 20  # a queue's 10,000 names of one second used up: wait for the next
+MAX_NUMBER_DIGITS = 12
+ACTIONS = {
+    MessageType.ACKNOWLEDGE: ("ack", "acked"),
+    MessageType.REQUEUE: ("requeue", "requeued"),
+    MessageType.DEAD_LETTER: ("deadletter", "dead_lettered"),
+}
+
+
+class Refused(ProtocolError):
+    """Not a malformed frame, but still the end of the connection (no token, no right,
+    a storage error): PHPMQ has nothing else to answer with."""
+
+
+@dataclass(eq=False)
+class Held:
+    """A dispatched message, until this gateway sees it acked, requeued or dead-lettered."""
+
+    token: str  # the message id of the 003
+    queue: str
+    group: str
+    receipt: str
+    lease_until: float
+    owner: Subscription | None  # None once its connection closed
+
+
+class Ids:
+    """Message id -> Held: those of open connections, and the last ``max_released`` of
+    connections that closed (so an ack after a reconnect works)."""
+
+    def __init__(self, max_released: int) -> None:
+        self.max_released = max_released
+        self.live: dict[str, Held] = {}
+        self.released: OrderedDict[str, Held] = OrderedDict()
+
+    def add(self, held: Held) -> None:
+        self.released.pop(held.token, None)
+        self.live[held.token] = held
+
+    def get(self, token: str) -> Held | None:
+        return self.live.get(token) or self.released.get(token)
+
+    def forget(self, held: Held) -> None:
+        if self.live.get(held.token) is held:
+            del self.live[held.token]
+        if self.released.get(held.token) is held:
+            del self.released[held.token]
+
+    def release(self, held: Held) -> None:
+        """Its connection closed: keep it a while for a late ack."""
+        self.forget(held)
+        held.owner = None
+        if self.max_released:
+            self.released[held.token] = held
+            while len(self.released) > self.max_released:
+                self.released.popitem(last=False)
+
+
+@dataclass(eq=False)
+class Subscription:
+    """A connection consuming one queue through its group, with a window."""
+
+    conn: Connection
+    queue: str  # clean
+    name: str  # as the client wrote it in its 002: what its 003s carry
+    group: str
+    window: int
+    inflight: dict[str, Held] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(eq=False)
+class Connection:
+    number: int
+    peer: str
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    consumer: str  # its name in the group logs
+    stop: asyncio.Future[None]
+    client: Client | None = None
+    first: bool = True
+    closing: bool = False
+    subs: dict[str, Subscription] = field(default_factory=dict)
+    upload: Upload | None = None
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    task: asyncio.Task[Any] | None = None
+
+    def __str__(self) -> str:
+        return f"#{self.number} ({self.peer})"
+
+
+class UploadSink:
+    """A content packet streamed into an upload file, written in the thread pool."""
+
+    def __init__(self, gateway: Gateway, upload: Upload) -> None:
+        self.gateway = gateway
+        self.upload = upload
+
+    async def write(self, chunk: bytes) -> None:
+        await self.gateway.run(self.upload.write, chunk)
+
+
+class Gateway:
+    def __init__(self, settings: Settings, metrics: PhpmqMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.data_dir = DataDir(settings.data_dir)
+        self.queues = QueueStore(self.data_dir)
+        self.groups = ConsumerGroups(
+            self.data_dir, self.queues, max_deliveries=settings.max_deliveries
+        )
+        self.pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="phpmq-core")
+        self.ids = Ids(settings.max_ids)
+        self.connections: set[Connection] = set()
+        self.subscribers: dict[str, set[Subscription]] = {}
+        self.server: asyncio.Server | None = None
+        self.stopping = False
+        self._numbers = itertools.count(1)
+        self._keeper: asyncio.Task[None] | None = None
+
+    # --- start and stop -----------------------------------------------------------------------
+    async def start(self) -> tuple[str, int]:
+        """Listen; the bound (host, port)."""
+        self.server = await asyncio.start_server(
+            self._accept, self.settings.host, self.settings.port, reuse_address=True
+        )
+        self._keeper = asyncio.create_task(self._keep_leases(), name="phpmq-leases")
+        host, port = self.server.sockets[0].getsockname()[:2]
+        log.info(
+            "listening for PHPMQ clients on %s:%d (data %s, access control %s)",
+            host,
+            port,
+            self.data_dir.root,
+            "on" if self.settings.access.enabled else "off",
+        )
+        return host, port
+
+    @property
+    def serving(self) -> bool:
+        return self.server is not None and self.server.is_serving() and not self.stopping
+
+    async def stop(self) -> None:
+        """Stop listening, let messages being handled finish (within the grace time),
+        close every connection (their unacknowledged messages released), then return."""
+        self.stopping = True
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections):
+            if not conn.stop.done():
+                conn.stop.set_result(None)
+        tasks = [c.task for c in self.connections if c.task is not None]
+        if tasks:
+            log.info("stopping: %d connection(s) to close", len(tasks))
+            _, late = await asyncio.wait(tasks, timeout=self.settings.stop_grace_seconds)
+            for conn in list(self.connections):
+                if conn.task in late:
+                    log.warning("connection %s: still busy after the grace time, closed", conn)
+                    conn.writer.transport.abort()
+            if late:
+                await asyncio.wait(late, timeout=5)
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+        self.pool.shutdown(wait=True)
+        self.queues.close()
+        log.info("stopped")
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn`` in the thread pool (the core blocks on locks and the disk)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
+
+    # --- a connection -------------------------------------------------------------------------
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer(writer)
+        if self.stopping or len(self.connections) >= self.settings.max_connections:
+            self.metrics.connections.labels("refused").inc()
+            log.warning(
+                "connection from %s refused: %s",
+                peer,
+                "stopping" if self.stopping else f"{len(self.connections)} open, the maximum",
+            )
+            writer.transport.abort()
+            return
+        number = next(self._numbers)
+        conn = Connection(
+            number=number,
+            peer=peer,
+            reader=reader,
+            writer=writer,
+            consumer=f"phpmq-{os.getpid()}-{number}",
+            stop=asyncio.get_running_loop().create_future(),
+            task=asyncio.current_task(),
+        )
+        _tune(writer)
+        self.connections.add(conn)
+        self.metrics.connections.labels("accepted").inc()
+        self.metrics.open_connections.inc()
+        log.debug("connection %s opened", conn)
+        try:
+            await self._serve(conn)
+        finally:
+            await self._close(conn)
+
+    async def _serve(self, conn: Connection) -> None:
+        frames = FrameReader(
+            conn.reader,
+            max_content_bytes=self.settings.max_message_bytes,
+            timeout=self.settings.frame_timeout_seconds,
+            open_sink=functools.partial(self._open_upload, conn),
+        )
+        try:
+            while not self.stopping:
+                first = await self._first_byte(conn)
+                if first is None:
+                    log.debug("connection %s ended by the client", conn)
+                    return
+                message = await frames.read_message(first)
+                try:
+                    await self._handle(conn, message)
+                finally:
+                    await self._discard_upload(conn)
+        except ProtocolError as exc:
+            self.metrics.protocol_errors.labels(exc.reason).inc()
+            log.warning("connection %s closed: %s (%s)", conn, exc.reason, exc.detail)
+        except (ConnectionError, OSError) as exc:
+            log.info("connection %s lost: %s", conn, exc)
+        except Exception:
+            self.metrics.protocol_errors.labels("internal").inc()
+            log.exception("connection %s closed: internal error", conn)
+
+    async def _first_byte(self, conn: Connection) -> bytes | None:
+        """The first byte of the next message; None at the end (the client's, or a stop)."""
+        read = asyncio.ensure_future(conn.reader.read(1))
+        await asyncio.wait({read, conn.stop}, return_when=asyncio.FIRST_COMPLETED)
+        if read.done():
+            return read.result() or None
+        read.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await read
+        return None
+
+    async def _close(self, conn: Connection) -> None:
+        conn.closing = True
+        conn.writer.transport.abort()  # a dispatcher waiting on a full socket stops now
+        for sub in conn.subs.values():
+            sub.wake.set()
+        tasks = [s.task for s in conn.subs.values() if s.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._discard_upload(conn)
+        held = [h for sub in conn.subs.values() for h in sub.inflight.values()]
+        for sub in conn.subs.values():
+            self.subscribers.get(sub.queue, set()).discard(sub)
+            self.metrics.consumers.dec()
+            sub.inflight.clear()
+        if held:
+            released = await self.run(self._release, held)
+            for h in held:
+                self.ids.release(h)
+            self.metrics.unacked.dec(len(held))
+            self.metrics.released.inc(released)
+            log.info(
+                "connection %s: %d unacknowledged message(s) released for redelivery",
+                conn,
+                released,
+            )
+            for queue in {h.queue for h in held}:
+                self._wake(queue)
+        self.connections.discard(conn)
+        self.metrics.open_connections.dec()
+
+    def _release(self, held: list[Held]) -> int:
+        """End the leases now (thread pool): delivered again first, in their order."""
+        released = 0
+        for h in held:
+            try:
+                self.groups.extend(h.queue, h.group, h.receipt, 0)
+                released += 1
+            except Fenced:
+                pass  # finished or leased again meanwhile: nothing of ours to release
+            except (ZosciiError, OSError) as exc:
+                log.warning("%s: lease of %s not released (%s)", h.queue, h.receipt, exc)
+        return released
+
+    async def _open_upload(self, conn: Connection, length: int) -> UploadSink:
+        await self._discard_upload(conn)
+        conn.upload = await self.run(Upload, self.data_dir, self.settings.max_message_bytes)
+        return UploadSink(self, conn.upload)
+
+    async def _discard_upload(self, conn: Connection) -> None:
+        upload, conn.upload = conn.upload, None
+        if upload is not None:
+            await self.run(upload.discard)
+
+    # --- messages -----------------------------------------------------------------------------
+    async def _handle(self, conn: Connection, message: Incoming) -> None:
+        first, conn.first = conn.first, False
+        if message.type is MessageType.AUTHENTICATE:
+            if not first:
+                raise ProtocolError("unexpected", "000 (authenticate) after the first message")
+            self._authenticate(conn, message)
+        elif first and self.settings.access.enabled:
+            raise Refused(
+                "unauthenticated",
+                f"first message is {message.type.value:03d}, not 000 with a token",
+            )
+        elif message.type is MessageType.SEND:
+            await self._send(conn, message)
+        elif message.type is MessageType.CONSUME:
+            self._consume(conn, message)
+        else:
+            await self._finish(conn, message)
+
+    def _authenticate(self, conn: Connection, message: Incoming) -> None:
+        access = self.settings.access
+        if not access.enabled:
+            log.debug("connection %s: token ignored, access control is off", conn)
+            return
+        raw = message.fields[PacketType.TOKEN]
+        try:
+            conn.client = access.authenticate(f"Bearer {raw.decode('utf-8')}")
+        except (Unauthenticated, UnicodeDecodeError):
+            raise Refused("unauthenticated", "the token matches no client") from None
+        log.info("connection %s: client %s", conn, conn.client.name if conn.client else "-")
+
+    def _authorize(self, conn: Connection, action: str, queue: str) -> None:
+        try:
+            self.settings.access.authorize(conn.client, action, queue)
+        except Forbidden as exc:
+            client = conn.client.name if conn.client else "-"
+            raise Refused("forbidden", f"client {client}: {exc}") from None
+
+    async def _send(self, conn: Connection, message: Incoming) -> None:
+        queue, _ = _queue(message)
+        self._authorize(conn, "publish", queue)
+        if queue in self.settings.blocked_queues:
+            raise Refused("forbidden", f"queue '{queue}' is blocked (ZOSCII_BLOCKED_QUEUES)")
+        ttl = _number(message.fields.get(PacketType.TTL), "TTL")
+        expires_at = time.time() + ttl if ttl else None
+        assert isinstance(message.content, UploadSink)
+        upload = message.content.upload
+        outgoing = Outgoing(upload, self.settings.retention, None, expires_at)
+        try:
+            name = await self.run(self._publish, queue, outgoing)
+        except ZosciiError as exc:
+            raise Refused(exc.reason, f"publish to '{queue}': {exc}") from None
+        self.metrics.messages.labels("received").inc()
+        self.metrics.bytes.labels("received").inc(upload.size)
+        log.debug("connection %s: published %s to %s (ttl %s)", conn, name, queue, ttl or "-")
+        self._wake(queue)
+
+    def _publish(self, queue: str, outgoing: Outgoing) -> str | None:
+        for attempt in itertools.count():
+            try:
+                return self.queues.publish_many(queue, [outgoing])[0].name
+            except TryAgain:
+                if attempt >= PUBLISH_RETRIES:
+                    raise
+                time.sleep(0.05)
+        raise AssertionError("unreachable")
+
+    def _consume(self, conn: Connection, message: Incoming) -> None:
+        queue, name = _queue(message)
+        self._authorize(conn, "consume", queue)
+        count = _number(message.fields[PacketType.COUNT], "count")
+        if count < 1:
+            raise ProtocolError("bad_number", "a consume request for 0 messages")
+        if count > self.settings.window_limit:
+            log.info(
+                "connection %s: window of %d on %s cut to %d (ZOSCII_PHPMQ_WINDOW_LIMIT)",
+                conn,
+                count,
+                queue,
+                self.settings.window_limit,
+            )
+            count = self.settings.window_limit
+        sub = conn.subs.get(queue)
+        if sub is not None:  # a new window for the same queue
+            sub.window, sub.name = count, name
+            sub.wake.set()
+            return
+        sub = Subscription(conn, queue, name, self.settings.group_of(queue), count)
+        conn.subs[queue] = sub
+        self.subscribers.setdefault(queue, set()).add(sub)
+        self.metrics.consumers.inc()
+        sub.task = asyncio.create_task(self._dispatch(sub), name=f"phpmq-{conn.number}-{queue}")
+        log.info("connection %s consumes %s (group %s, window %d)", conn, queue, sub.group, count)
+
+    async def _finish(self, conn: Connection, message: Incoming) -> None:
+        """004, 005, 006: the group learns what became of a dispatched message."""
+        action, event = ACTIONS[message.type]
+        queue, _ = _queue(message)
+        self._authorize(conn, action, queue)
+        token = message.fields[PacketType.MESSAGE_ID].decode("ascii", "replace")
+        held = self.ids.get(token)
+        if held is None or held.queue != queue:
+            self.metrics.ignored.labels("unknown").inc()
+            log.warning(
+                "connection %s: %s of unknown message id %r on %s: ignored",
+                conn,
+                action,
+                token[:64],
+                queue,
+            )
+            return
+        ttl = _number(message.fields.get(PacketType.TTL), "TTL")
+        try:
+            if message.type is MessageType.ACKNOWLEDGE:
+                outcomes = await self.run(self.groups.ack, queue, held.group, [held.receipt])
+            elif message.type is MessageType.REQUEUE:
+                outcomes = await self.run(
+                    functools.partial(
+                        self.groups.requeue,
+                        queue,
+                        held.group,
+                        [held.receipt],
+                        ttl=None if ttl is None else float(ttl),
+                    )
+                )
+            else:
+                outcomes = await self.run(
+                    self.groups.dead_letter, queue, held.group, [held.receipt]
+                )
+        except ZosciiError as exc:
+            raise Refused(exc.reason, f"{action} on '{queue}': {exc}") from None
+        self._forget(held)
+        (outcome,) = outcomes
+        if outcome.result == "ok":
+            self.metrics.messages.labels(event).inc()
+            if message.type is not MessageType.ACKNOWLEDGE:
+                self._wake(queue)  # it is there for a consumer again, or a place freed
+        else:
+            self._ignored(conn, action, outcome)
+
+    def _ignored(self, conn: Connection, action: str, outcome: Outcome) -> None:
+        self.metrics.ignored.labels(outcome.result).inc()
+        log.warning(
+            "connection %s: %s of %s ignored: %s (leased again since, or finished)",
+            conn,
+            action,
+            outcome.receipt,
+            outcome.result,
+        )
+
+    def _forget(self, held: Held) -> None:
+        """``held`` is finished with: out of the id map and of its window."""
+        self.ids.forget(held)
+        owner = held.owner
+        if owner is not None and owner.inflight.pop(held.token, None) is not None:
+            self.metrics.unacked.dec()
+            owner.wake.set()
+        held.owner = None
+
+    def _wake(self, queue: str) -> None:
+        for sub in self.subscribers.get(queue, ()):
+            sub.wake.set()
+
+    # --- dispatching --------------------------------------------------------------------------
+    async def _dispatch(self, sub: Subscription) -> None:
+        """Keep ``sub``'s window full until its connection closes."""
+        conn = sub.conn
+        poll = self.settings.poll_ms / 1000
+        seen: object = None
+        next_look = 0.0
+        try:
+            while not conn.closing:
+                free = sub.window - len(sub.inflight)
+                if free <= 0:
+                    sub.wake.clear()
+                    await sub.wake.wait()  # an ack, a close, a new window
+                    continue
+                woken = sub.wake.is_set()
+                sub.wake.clear()
+                token = await self.run(self._change_token, sub.queue, sub.group)
+                now = time.monotonic()
+                if woken or token != seen or now >= next_look:
+                    seen, next_look = token, now + FULL_LOOK_SECONDS
+                    if await self._fill(sub, free):
+                        continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sub.wake.wait(), poll)
+        except (ConnectionError, OSError) as exc:
+            if not conn.closing:
+                log.info("connection %s lost while dispatching: %s", conn, exc)
+        except ProtocolError as exc:
+            self.metrics.protocol_errors.labels(exc.reason).inc()
+            log.warning("connection %s closed: %s (%s)", conn, exc.reason, exc.detail)
+        except Exception:
+            self.metrics.protocol_errors.labels("internal").inc()
+            log.exception("connection %s: dispatching from %s failed", conn, sub.queue)
+        if not conn.closing:
+            conn.writer.transport.abort()  # the reading side ends and closes the connection
+
+    def _change_token(self, queue: str, group: str) -> tuple[object, object]:
+        """Changes when the queue's index (a publish) or the group's log (another
+        consumer's ack, requeue, release...) does."""
+        return _stat(self.data_dir.index_path(queue)), _stat(
+            self.data_dir.group_log_path(queue, group)
+        )
+
+    async def _fill(self, sub: Subscription, free: int) -> int:
+        """Lease up to ``free`` messages and dispatch them; how many were leased."""
+        conn = sub.conn
+        try:
+            got = await self.run(
+                functools.partial(
+                    self.groups.consume,
+                    sub.queue,
+                    sub.group,
+                    count=free,
+                    lease=self.settings.lease_seconds,
+                    consumer=conn.consumer,
+                )
+            )
+        except InvalidInput as exc:  # queue and group too long for a dead-letter queue...
+            raise Refused(exc.reason, f"consume {sub.queue}: {exc}") from None
+        except ZosciiError as exc:
+            if exc.reason != "not_found":  # no such queue yet: wait for its first message
+                log.warning("%s/%s: consume failed: %s", sub.queue, sub.group, exc)
+            return 0
+        # Every one is in the window (and the id map) before the first is written: the
+        # close of the connection releases them, whatever happens below.
+        helds = []
+        for delivery in got:
+            token = delivery.receipt.rpartition(":")[2]
+            held = Held(token, sub.queue, sub.group, delivery.receipt, delivery.lease_until, sub)
+            sub.inflight[token] = held
+            self.ids.add(held)
+            helds.append(held)
+        self.metrics.unacked.inc(len(got))
+        try:
+            for held, delivery in zip(helds, got, strict=True):
+                if conn.closing:
+                    break
+                await self._send_one(sub, held, delivery)
+        finally:
+            for delivery in got:
+                delivery.file.close()
+        return len(got)
+
+    async def _send_one(self, sub: Subscription, held: Held, delivery: Delivery) -> None:
+        conn = sub.conn
+        if delivery.size > self.settings.max_message_bytes:
+            log.warning(
+                "%s: %s has %d bytes, over ZOSCII_PHPMQ_MAX_MESSAGE_BYTES: dead-lettered",
+                sub.queue,
+                delivery.name,
+                delivery.size,
+            )
+            outcomes = await self.run(
+                functools.partial(
+                    self.groups.dead_letter,
+                    sub.queue,
+                    sub.group,
+                    [held.receipt],
+                    reason="too_large",
+                )
+            )
+            self._forget(held)
+            if outcomes[0].result == "ok":
+                self.metrics.messages.labels("dead_lettered").inc()
+            return
+        content = await self.run(_read_all, delivery)
+        ttl = b"0" if delivery.ttl_left is None else b"%d" % max(1, math.ceil(delivery.ttl_left))
+        frame = encode(
+            MessageType.DISPATCH,
+            [
+                (PacketType.QUEUE, sub.name.encode()),
+                (PacketType.CONTENT, content),
+                (PacketType.MESSAGE_ID, held.token.encode()),
+                (PacketType.TTL, ttl),
+            ],
+        )
+        async with conn.write_lock:
+            # One write of the whole message into an empty buffer: one send() call, so the
+            # client's first read of 8 bytes finds the whole header (PHPMQ-NOTES).
+            conn.writer.write(frame)
+            try:
+                await asyncio.wait_for(
+                    conn.writer.drain(), max(self.settings.frame_timeout_seconds, 1.0)
+                )
+            except TimeoutError:
+                raise ProtocolError(
+                    "send_timeout",
+                    f"the client did not read a dispatched message of {len(frame)} bytes "
+                    f"within {self.settings.frame_timeout_seconds:g} s",
+                ) from None
+        self.metrics.messages.labels("sent").inc()
+        self.metrics.bytes.labels("sent").inc(len(content))
+
+    # --- leases ---------------------------------------------------------------------------------
+    async def _keep_leases(self) -> None:
+        """Renew the leases of every dispatched message of an open connection before they
+        run out: a client may work on a message as long as it likes."""
+        lease = self.settings.lease_seconds
+        while True:
+            await asyncio.sleep(max(0.5, lease / 6))
+            now = time.time()
+            due = [
+                h
+                for conn in self.connections
+                if not conn.closing
+                for sub in conn.subs.values()
+                for h in sub.inflight.values()
+                if h.lease_until - now < lease / 2
+            ]
+            if not due:
+                continue
+            try:
+                results = await self.run(self._extend, due)
+            except Exception:
+                log.exception("renewing leases failed")
+                continue
+            for held, until in zip(due, results, strict=True):
+                if until is None:
+                    log.warning(
+                        "%s: lease of %s lost (leased again): the client's ack will be ignored",
+                        held.queue,
+                        held.receipt,
+                    )
+                    self._forget(held)
+                else:
+                    held.lease_until = until
+
+    def _extend(self, due: Iterable[Held]) -> list[float | None]:
+        lease = self.settings.lease_seconds
+        results: list[float | None] = []
+        for held in due:
+            try:
+                results.append(self.groups.extend(held.queue, held.group, held.receipt, lease))
+            except Fenced:
+                results.append(None)
+            except (ZosciiError, OSError) as exc:
+                log.warning("%s: lease of %s not renewed: %s", held.queue, held.receipt, exc)
+                results.append(held.lease_until)
+        return results
+
+    # --- health ---------------------------------------------------------------------------------
+    def details(self) -> dict[str, Any]:
+        return {
+            "connections": len(self.connections),
+            "consumers": sum(len(c.subs) for c in self.connections),
+        }
+
+
+# --- helpers --------------------------------------------------------------------------------------
+def _queue(message: Incoming) -> tuple[str, str]:
+    """(clean queue name, the name as the client wrote it)."""
+    raw = message.fields[PacketType.QUEUE]
+    try:
+        text = raw.decode("ascii")
+        return clean_queue(text), text
+    except (UnicodeDecodeError, InvalidInput) as exc:
+        raise ProtocolError("bad_queue", f"queue name {raw[:100]!r}: {exc}") from None
+
+
+def _number(raw: bytes | None, what: str) -> int | None:
+    """A packet holding a whole number (count, TTL); None when the packet is absent."""
+    if raw is None:
+        return None
+    if not raw.isdigit() or len(raw) > MAX_NUMBER_DIGITS:
+        raise ProtocolError("bad_number", f"{what} {raw[:40]!r} is not a whole number")
+    return int(raw)
+
+
+def _read_all(delivery: Delivery) -> bytes:
+    with delivery.file as file:
+        return file.read()
+
+
+def _stat(path: os.PathLike[str] | str) -> object:
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
+def _tune(writer: asyncio.StreamWriter) -> None:
+    """TCP keep-alive (a vanished client's leases are released), and writes that wait
+    until the kernel took everything (each message then starts with an empty buffer)."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    writer.transport.set_write_buffer_limits(high=0)
