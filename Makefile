@@ -7,13 +7,16 @@
 #   make logs      follow the logs          make ps    show the containers
 #   make test      lint, images, then every test (unit, integration, end-to-end)
 #   make test-unit the tests that need no containers; make test-e2e only the e2e ones
-#   make bench     benchmarks with this machine's ceilings; make bench-quick in a minute
+#   make bench     benchmarks against this machine's ceilings, the framework floor and,
+#                  with ZOSCII_BENCH_ORIGINAL=<dir>, the original; make bench-quick is short
+#   make profile   py-spy of one api worker while it publishes (docs/benchmarks.md)
 #
 # Variables (command line or environment):
 #   PROJECT=zoscii           compose project name (containers zoscii_api_1, volume zoscii_zoscii_data)
 #   IMAGE_TAG=dev            tag of zoscii/{api,replikate,claireup,statissa}
-#   COMPOSE_FILES=-f docker-compose.yml     e.g. '-f deploy/compose.bind.yml' for the bind-mount
-#                            variant, or add '-f deploy/compose.replikate.yml' for a jobs file
+#   COMPOSE_FILES=-f docker-compose.yml     variants are overrides added after it, e.g.
+#                            '-f docker-compose.yml -f deploy/compose.bind.yml' (data in a host
+#                            directory), and/or '-f deploy/compose.replikate.yml' (a jobs file)
 #   UP_TIMEOUT=240           seconds `make up` waits for all containers to be healthy
 #   BASE=auto|public|local   base image choice of deploy/images.sh
 
@@ -77,9 +80,14 @@ PYTEST = TESTCONTAINERS_RYUK_DISABLED=true $(VENV)/bin/pytest
 
 .PHONY: venv lint test test-unit test-e2e e2e-images bench bench-quick
 
-$(VENV)/.installed: requirements-dev.txt
+# The tools and every service's dependencies (pinned), then zosciimq and the four
+# services as editable packages: tests and benchmarks import them as installed, no
+# sys.path or PYTHONPATH (services/<svc>/pyproject.toml, README "Installing").
+SERVICES := api replikate claireup statissa phpmq
+$(VENV)/.installed: requirements-dev.txt pyproject.toml $(SERVICES:%=services/%/pyproject.toml)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check -e . $(SERVICES:%=-e services/%)
 	touch $@
 
 venv: $(VENV)/.installed
@@ -94,16 +102,32 @@ e2e-images:
 test: lint e2e-images
 	$(PYTEST) tests
 
+# The fast tier: no containers, no test marked slow, a twentieth of each property's
+# examples (tests/support/tiers.py), temporary files on tmpfs where there is one (its
+# tests fsync a lot; durability on a disk is for the slow tier's crash and power-loss
+# tests). `make test` runs all of it, in full, on the disk.
 test-unit: venv
-	$(PYTEST) tests --ignore=tests/e2e -m "not slow"
+	TMPDIR=$$(test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo "$${TMPDIR:-/tmp}") \
+	  $(PYTEST) tests --ignore=tests/e2e -m "not slow" --hypothesis-profile=fast
 
 test-e2e: venv e2e-images
 	$(PYTEST) tests/e2e
 
 # ---- benchmarks -----------------------------------------------------------------------
 
+# bench/tools.sh installs wrk (and, with ZOSCII_BENCH_ORIGINAL=<dir of the original PHP
+# server>, nginx, php-fpm and php-curl) with apt-get when missing and root; never fails.
 bench: venv
+	@sh bench/tools.sh
 	$(VENV)/bin/python -m bench.run
 
 bench-quick: venv
+	@sh bench/tools.sh
 	$(VENV)/bin/python -m bench.run --quick
+
+# py-spy of one api worker under 10 s of publishing (docs/benchmarks.md, "Profiling").
+.PHONY: profile
+profile: venv
+	@sh bench/tools.sh
+	@test -x $(VENV)/bin/py-spy || $(VENV)/bin/pip install -q --disable-pip-version-check py-spy
+	$(VENV)/bin/python -m bench.profile_publish

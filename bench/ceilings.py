@@ -6,10 +6,12 @@ exactly the system calls a durable publish or a fetch cannot avoid and nothing e
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import os
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,11 +51,67 @@ def durable_write_factory(target_dir: Path, temp_dir: Path, payload: bytes) -> O
     return factory
 
 
-def read_in_order_factory(paths: list[Path]) -> OperationFactory:
-    """open + read of the given files, in order, one per call (the consume ceiling)."""
+def _start_writeback() -> Callable[[int], object] | None:
+    """sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) from libc, where there is one."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return lambda fd: function(fd, 0, 0, 2)
+
+
+START_WRITEBACK = _start_writeback()
+
+
+def durable_batch_factory(
+    target_dir: Path, temp_dir: Path, payloads: list[bytes]
+) -> OperationFactory:
+    """A batch made durable the cheapest safe way: all files written, their writeback
+    started together (sync_file_range), each fdatasynced, all renamed into place, the
+    directory fsynced once. One fsync after another would cost a journal commit each."""
+    target_dir.mkdir(parents=True, exist_ok=True)
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 
     def factory(number: int) -> Operation:
-        remaining = iter(paths)
+        prefix = f"{number:02d}-{uuid.uuid4().hex[:8]}-"
+        sequence = iter(range(1 << 62))
+
+        def write_batch() -> None:
+            names = [f"{prefix}{next(sequence):012d}.bin" for _ in payloads]
+            fds = [os.open(temp_dir / (name + ".part"), flags, 0o644) for name in names]
+            try:
+                for fd, payload in zip(fds, payloads, strict=True):
+                    os.write(fd, payload)
+                    if START_WRITEBACK is not None:
+                        START_WRITEBACK(fd)
+                for fd in fds:
+                    os.fdatasync(fd)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            for name in names:
+                os.rename(temp_dir / (name + ".part"), target_dir / name)
+            dir_fd = os.open(target_dir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+        return write_batch
+
+    return factory
+
+
+def read_in_order_factory(paths: list[Path], *, repeat: bool = False) -> OperationFactory:
+    """open + read of the given files, in order, one per call (the consume ceiling).
+
+    With ``repeat``, it starts again at the first file after the last (timed rounds).
+    """
+
+    def factory(number: int) -> Operation:
+        remaining = itertools.cycle(paths) if repeat else iter(paths)
 
         def read_one() -> None:
             with open(next(remaining), "rb") as file:

@@ -8,7 +8,7 @@ as a child process and reports its wall time and peak RSS (getrusage of the chil
 to the peak RSS of a run over an empty directory (the interpreter and imports alone).
 Prints one JSON line on stdout; progress goes to stderr. The directory is removed after.
 
-    .venv/bin/python bench/claireup_bench.py --files 1000000
+    .venv/bin/python -m bench.claireup_bench --files 1000000
 """
 
 from __future__ import annotations
@@ -27,11 +27,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "services" / "claireup")]
-
-from zosciimq.core import DataDir, MessageName, QueueStore  # noqa: E402
-from zosciimq.core.names import format_stamp  # noqa: E402
+from zosciimq.core import DataDir, MessageName, QueueStore
+from zosciimq.core.names import format_stamp
 
 BODY = b"z" * 32
 
@@ -106,7 +103,6 @@ def count_messages(root: Path) -> int:
 def run_claireup(data_dir: Path, dry_run: bool, log_path: Path) -> float:
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "services" / "claireup")]),
         "ZOSCII_DATA_DIR": str(data_dir),
         "ZOSCII_CLAIREUP_PROGRESS_EVERY_SECONDS": "10",
     }

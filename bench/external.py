@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import REPO, SOURCE_DIRS
+from bench import REPO
 from bench.ceilings import dirty_expire_seconds, unlink_seconds_per_file
 from bench.context import Context
 from bench.report import Row
@@ -63,14 +63,8 @@ def run_script(ctx: Context, script: Script) -> dict[str, Any]:
     if not script.path.exists():
         raise NotAvailable(f"{script.path.relative_to(REPO)} does not exist")
     workdir = ctx.fresh_dir(f"external-{script.name}")
-    env = {
-        **os.environ,
-        "TMPDIR": str(workdir),
-        "PYTHONPATH": os.pathsep.join(
-            [str(REPO), *map(str, SOURCE_DIRS), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    base = [sys.executable, str(script.path)]
+    env = {**os.environ, "TMPDIR": str(workdir)}
+    base = [sys.executable, "-m", f"bench.{script.path.stem}"]  # from REPO, as bench.run
     command = [*base, _size_flag(base, env), str(script.count(ctx.quick))]
     log.info("running %s", " ".join(command[1:]))
     try:

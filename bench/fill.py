@@ -80,6 +80,13 @@ def fill_queue(
     return names
 
 
+def write_messages(directory: Path, names: list[str], body: Callable[[int], bytes]) -> None:
+    """Write ``names`` into ``directory``, ``body(position)`` each: a queue of either server."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for number, name in enumerate(names):
+        (directory / name).write_bytes(body(number))
+
+
 def share_with(data_dir: Path, uid: int, gid: int) -> None:
     """chown every directory (not the files) to a container's user, so it can write in them."""
     for root, dirs, _files in os.walk(data_dir):

@@ -8,7 +8,7 @@ client's ``consume(follow=True)``. Latency is from just before the publish reque
 the moment the consumer holds the message. Prints one JSON line per mode with p50, p99
 and max in milliseconds.
 
-    .venv/bin/python bench/latency_bench.py [--messages 200] [--max-gap 0.5]
+    .venv/bin/python -m bench.latency_bench [--messages 200] [--max-gap 0.5]
 """
 
 from __future__ import annotations
@@ -17,17 +17,13 @@ import argparse
 import json
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "src")]
-
-from tests.support.api_server import running_api  # noqa: E402
-from zosciimq.client import MemoryPointerStore, ZosciiClient  # noqa: E402
+from tests.support.api_server import running_api
+from zosciimq.client import MemoryPointerStore, ZosciiClient
 
 MODES = {
     "long-poll": {"long_poll": True, "wait_seconds": 20.0, "poll_interval": 1.0},

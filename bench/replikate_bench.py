@@ -7,7 +7,7 @@ Prints one JSON line per job: messages/s overall, fetch requests, and where the 
 went per message (fetch over HTTP in the prefetch thread, overlapped with the rest;
 local durable write; pointer save).
 
-    .venv/bin/python bench/replikate_bench.py [--messages 10000] [--size 1024]
+    .venv/bin/python -m bench.replikate_bench [--messages 10000] [--size 1024]
         [--batch-count 100 | --single] [--batch-bytes N] [--compare]
 
 ``--single`` replicates one message per request (``batch_count`` 1, as against the
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -28,16 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "src"), str(REPO / "services" / "replikate")]
-
-from tests.support.api_server import running_api  # noqa: E402
-from zoscii_replikate import replicator as replicator_module  # noqa: E402
-from zoscii_replikate.metrics import ReplikateMetrics  # noqa: E402
-from zoscii_replikate.replicator import Replicator  # noqa: E402
-from zoscii_replikate.settings import JobConfig  # noqa: E402
-from zosciimq.client import ZosciiClient  # noqa: E402
-from zosciimq.core import DataDir  # noqa: E402
+from tests.support.api_server import running_api
+from zoscii_replikate import replicator as replicator_module
+from zoscii_replikate.metrics import ReplikateMetrics
+from zoscii_replikate.replicator import Replicator
+from zoscii_replikate.settings import JobConfig
+from zosciimq.client import ZosciiClient
+from zosciimq.core import DataDir
 
 
 def fill(url: str, queue: str, count: int, size: int, threads: int = 8) -> None:

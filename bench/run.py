@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -21,10 +22,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import REPO, consume, depth, external, floor, large, publish
+from bench import REPO, consume, depth, external, floor, large, load, original, publish, versus
 from bench.context import Context
 from bench.machine import describe
-from bench.report import Results, ScenarioOutcome, render_header, render_markdown, render_table
+from bench.report import (
+    Results,
+    ScenarioOutcome,
+    render_comparisons,
+    render_comparisons_markdown,
+    render_header,
+    render_markdown,
+    render_table,
+)
 from bench.servers import IMAGE, image_available, image_id
 
 log = logging.getLogger("bench")
@@ -40,6 +49,13 @@ SCENARIOS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "replication": external.replication,
     "claireup": external.claireup,
     "statissa": external.statissa,
+    # ours against the floor, the disk and the original, in alternating rounds
+    "vs-publish-1": versus.publish(1, 1),
+    "vs-publish-8": versus.publish(8, 1),
+    "vs-publish-8q": versus.publish(8, 8),
+    "vs-batch": versus.batch,
+    "vs-consume": versus.consume,
+    "vs-replication": versus.replication,
 }
 
 
@@ -81,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     # The test support server keeps its log and metrics under tempfile's directory:
     # point that at the run's root so nothing outlives the run.
     tempfile.tempdir = str(root)
+    # And the servers' (gunicorn.conf.py makes a metrics dir in $TMPDIR at every start).
+    old_tmpdir = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(root)
     signal.signal(signal.SIGTERM, _interrupt)
     started = datetime.now(UTC)
     mode = "quick" if args.quick else "full"
@@ -89,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         "started": started.isoformat(timespec="seconds"),
         **describe(root, mode=mode, server=server),
         "gunicorn workers x threads": f"{args.workers} x {args.threads}",
+        "load generator (vs-*)": load.generator(),
+        "original (vs-*)": original.describe(),
     }
     results = Results(header=header)
     ctx = Context(
@@ -111,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("interrupted: cleaning up")
     finally:
         tempfile.tempdir = None
+        if old_tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_tmpdir
         log.info("removing %s", root)
         shutil.rmtree(root, ignore_errors=True)
     _print_summary(results)
@@ -119,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     results.write_json(json_path)
     print(f"\nJSON written to {json_path}")
     if args.markdown:
-        args.markdown.write_text(render_markdown(results.rows) + "\n")
+        markdown = render_markdown(results.rows)
+        if results.comparisons:
+            markdown += "\n\n" + render_comparisons_markdown(results.comparisons)
+        args.markdown.write_text(markdown + "\n")
     if interrupted:
         return 130
     return 1 if any(outcome.status == "failed" for outcome in results.outcomes) else 0
@@ -157,8 +185,18 @@ def _run_one(
 
 
 def _print_summary(results: Results) -> None:
-    print()
-    print(render_table(results.rows))
+    if results.rows:
+        print()
+        print(render_table(results.rows))
+    if results.comparisons:
+        print(
+            f"\nours vs floor vs original, msg/s, median (min-max) over rounds; load: "
+            f"{results.header['load generator (vs-*)']}"
+        )
+        for key in ("original (vs-*)", "original configured"):
+            if key in results.header:
+                print(f"{key}: {results.header[key]}")
+        print(render_comparisons(results.comparisons))
     other = [o for o in results.outcomes if o.status != "ok"]
     if other:
         print()

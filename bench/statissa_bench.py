@@ -6,7 +6,7 @@ statistics in its own child process, sampling the RSS of the child's whole proce
 (Python driver + JVM + Spark's Python workers) with psutil. Prints one JSON line and
 deletes the files.
 
-    .venv/bin/python bench/statissa_bench.py [--files 1000000] [--queues 100] [--keep]
+    .venv/bin/python -m bench.statissa_bench [--files 1000000] [--queues 100] [--keep]
 """
 
 from __future__ import annotations
@@ -23,13 +23,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "services" / "statissa")]
+import psutil
 
-import psutil  # noqa: E402
-
-from zosciimq.core.layout import DataDir  # noqa: E402
-from zosciimq.core.names import MessageName, format_stamp  # noqa: E402
+from zosciimq.core.layout import DataDir
+from zosciimq.core.names import MessageName, format_stamp
 
 
 def build(root: Path, files: int, queues: int, now: datetime) -> float:

@@ -6,7 +6,8 @@
 #   2. the base: python:3.11-slim-bookworm if it is here or can be pulled within 20 s,
 #      else the local zoscii/base(-java):bookworm built from Debian packages
 #      (deploy/base/build-base.sh; built once, then reused)
-#   3. zoscii/{api,replikate,claireup,statissa}:$IMAGE_TAG, statissa on the Java base
+#   3. zoscii/{api,replikate,claireup,statissa,phpmq}:$IMAGE_TAG, all from deploy/Dockerfile
+#      (--build-arg SERVICE=<svc>), statissa on the Java base
 #
 # Each image is built from a context holding only its own inputs (not the repository
 # root with every service's wheels): nothing changed means every step is a cache hit and
@@ -27,7 +28,7 @@ BASE=${BASE:-auto}
 PUBLIC_BASE=${PUBLIC_BASE:-python:3.11-slim-bookworm}
 LOCAL_BASE=zoscii/base:bookworm
 LOCAL_JAVA_BASE=zoscii/base-java:bookworm
-read -r -a SERVICES <<<"${SERVICES:-api replikate claireup statissa}"
+read -r -a SERVICES <<<"${SERVICES:-api replikate claireup statissa phpmq}"
 PULL_MEMO="$ROOT/build/.public-base-unreachable"
 
 log() { printf '[images] %s\n' "$*" >&2; }
@@ -82,6 +83,18 @@ log "base: $BASE_IMAGE, statissa base: $JAVA_BASE_IMAGE ($why)"
 build_args=()
 [ "${NO_CACHE:-0}" = 1 ] && build_args+=(--no-cache)
 
+# What deploy/Dockerfile reads for a service, besides build/wheels/<svc>: the only files
+# its context holds.
+context_files() {  # svc
+  local f
+  for f in .dockerignore deploy/Dockerfile pyproject.toml README.md src/zosciimq \
+           "services/$1/pyproject.toml" "services/$1/requirements.txt" \
+           "services/$1/zoscii_$1" services/"$1"/*.conf.py; do
+    [ -e "$f" ] && printf '%s\0' "$f"
+  done
+  return 0
+}
+
 # What an image is built from: the context files (contents; wheels by name and size, a
 # wheel's name pins its contents) and the base image's ID. The same key as the last build
 # that produced the image now tagged means there is nothing to do, not even sending the
@@ -89,15 +102,15 @@ build_args=()
 inputs_key() {  # svc base
   {
     echo "$2 $(docker image inspect -f '{{.Id}}' "$2" 2>/dev/null)"
-    find .dockerignore "services/$1" src/zosciimq -type f \
-      ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
+    context_files "$1" | xargs -0 -I{} find {} -type f ! -path '*/__pycache__/*' \
+      ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
     find "build/wheels/$1" -type f -printf '%f %s\n' | sort
   } | sha256sum | cut -d' ' -f1
 }
 mkdir -p build/.images
 
 for svc in "${SERVICES[@]}"; do
-  [ -f "services/$svc/Dockerfile" ] || { log "no services/$svc/Dockerfile"; exit 1; }
+  [ -f "services/$svc/pyproject.toml" ] || { log "no service $svc (services/$svc/pyproject.toml)"; exit 1; }
   base=$BASE_IMAGE
   [ "$svc" = statissa ] && base=$JAVA_BASE_IMAGE
   image="zoscii/$svc:$IMAGE_TAG"
@@ -110,11 +123,12 @@ for svc in "${SERVICES[@]}"; do
     log "$image is up to date"
     continue
   fi
-  # The context: what services/$svc/Dockerfile may COPY (.dockerignore still applies).
-  # Same file contents give the same cache keys as a build from the repository root.
-  if ! tar -C "$ROOT" --exclude=__pycache__ --exclude='*.pyc' -cf - \
-        .dockerignore "services/$svc" src/zosciimq "build/wheels/$svc" |
-      docker build "${build_args[@]}" -f "services/$svc/Dockerfile" \
+  # The context: what deploy/Dockerfile may COPY for this service. Same file contents
+  # give the same cache keys as a build from the repository root (docker-compose build).
+  if ! { context_files "$svc"; printf '%s\0' "build/wheels/$svc"; } |
+      tar -C "$ROOT" --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' \
+        --null -T - -cf - |
+      docker build "${build_args[@]}" -f deploy/Dockerfile --build-arg SERVICE="$svc" \
         --build-arg BASE_IMAGE="$base" -t "$image" - >"build/.images-$svc.log" 2>&1; then
     tail -n 60 "build/.images-$svc.log" >&2
     log "FAILED: $image (whole log: build/.images-$svc.log)"

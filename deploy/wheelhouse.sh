@@ -3,9 +3,11 @@
 # `docker build` installs with `pip install --no-index` and needs no network.
 #
 #   build/wheel-cache/    every wheel, once (not part of any image's build context)
-#   build/wheels/<svc>/   exactly the wheels of services/<svc>/requirements.txt, as plain
-#                         copies (hard links would change the build cache keys of a build
-#                         from the repository root); each Dockerfile copies only its own
+#   build/wheels/<svc>/   exactly the wheels of services/<svc>/requirements.txt, plus the
+#                         build backend of the project's own packages
+#                         (deploy/build-requirements.txt), as plain copies (hard links
+#                         would change the build cache keys of a build from the repository
+#                         root); each image build copies only its own
 #
 # Wheels are fetched for the images' interpreter and platform (CPython 3.11, glibc
 # manylinux, this machine's CPU), whatever Python runs this script. Packages that
@@ -20,7 +22,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/build/wheels"
 POOL="$ROOT/build/wheel-cache"
-SERVICES=(api replikate claireup statissa)
+SERVICES=(api replikate claireup statissa phpmq)
+BUILD_REQUIREMENTS="$ROOT/deploy/build-requirements.txt"
 PYTHON=${PYTHON:-python3}
 PYVER=${WHEEL_PYTHON_VERSION:-3.11}
 ARCH=${WHEEL_ARCH:-$(uname -m)}
@@ -44,6 +47,7 @@ stamp_key() {
     echo "target=$PYVER/$ABI/$ARCH"
     sha256sum < "$0"
     for s in "${SERVICES[@]}"; do echo "$s"; sha256sum < "$ROOT/services/$s/requirements.txt"; done
+    sha256sum < "$BUILD_REQUIREMENTS"
   } | sha256sum | cut -d' ' -f1
 }
 
@@ -68,9 +72,9 @@ rm -f "$OUT/.stamp"
 
 # One requirement set with everything, deduplicated (the files pin the same versions).
 ALL="$OUT/.all-requirements.txt"
-for s in "${SERVICES[@]}"; do
-  sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$ROOT/services/$s/requirements.txt"
-done | sort -u > "$ALL"
+for s in "${SERVICES[@]}"; do cat "$ROOT/services/$s/requirements.txt"; done |
+  cat - "$BUILD_REQUIREMENTS" |
+  sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' | sort -u > "$ALL"
 
 # 1. Fetch wheels for the target into the pool. A requirement without a usable wheel
 #    (an sdist-only package) makes pip stop with "No matching distribution found for X":
@@ -91,13 +95,13 @@ for attempt in $(seq 1 10); do
   esac
 done
 
-# 2. Per-service directories: the exact set for each requirements file, checked for
-#    completeness (with dependencies) against the target.
+# 2. Per-service directories: the exact set for each requirements file (and the build
+#    backend), checked for completeness (with dependencies) against the target.
 for s in "${SERVICES[@]}"; do
   new="$OUT/.$s.new"
   rm -rf "$new"; mkdir -p "$new"
   "${PIP[@]}" download --quiet --no-index --find-links "$POOL" "${TARGET[@]}" \
-    -d "$new" -r "$ROOT/services/$s/requirements.txt"
+    -d "$new" -r "$ROOT/services/$s/requirements.txt" -r "$BUILD_REQUIREMENTS"
   rm -rf "$OUT/$s"; mv "$new" "$OUT/$s"
   log "$s: $(ls "$OUT/$s" | wc -l) wheels, $(du -sh "$OUT/$s" | cut -f1)"
 done

@@ -7,9 +7,7 @@ from pathlib import Path
 import yaml
 from flask import Flask
 
-from zoscii_api.app import create_app
-from zoscii_api.settings import ApiSettings
-from zosciimq.settings import CoreSettings
+from tests.support import api_app
 
 OPENAPI_PATH = Path(__file__).resolve().parents[2] / "services/api/zoscii_api/openapi.yaml"
 
@@ -23,4 +21,4 @@ def make_app(data_dir: Path, **overrides: object) -> Flask:
     """The api as gunicorn would build it, on ``data_dir`` (small limits unless overridden)."""
     fields: dict = {"max_message_bytes": 1 << 16, "max_field_bytes": 4096, "max_wait_seconds": 0}
     fields.update(overrides)
-    return create_app(ApiSettings(core=CoreSettings(data_dir=data_dir), **fields))
+    return api_app.make_app(data_dir, **fields)

@@ -44,6 +44,7 @@ PARAMETERS = {
     "n",
     "r",
     "u",
+    "batch",
     "after",
     "offset",
     "length",
@@ -52,6 +53,13 @@ PARAMETERS = {
     "wait",
     "name",
     "names",
+    "group",
+    "lease",
+    "consumer",
+    "receipt",
+    "receipts",
+    "delay",
+    "ttl",
 }
 FAR_FUTURE_LAST = "209912312359599999-0000-00000000-0000-4000-8000-000000000000.bin"
 
@@ -161,7 +169,8 @@ def test_documents_every_parameter_with_the_core_rules(document: dict) -> None:
     retention = components["schemas"]["Retention"]
     assert (retention["minimum"], retention["maximum"]) == (0, MAX_RETENTION_DAYS)
     multipart_msg = components["schemas"]["MultipartForm"]["properties"]["msg"]
-    assert multipart_msg["format"] == "binary"
+    single, several = multipart_msg["oneOf"]  # one message, or a batch's parts
+    assert single["format"] == several["items"]["format"] == "binary"
 
 
 @functools.cache
@@ -176,7 +185,7 @@ def test_token_pattern_agrees_with_the_core(raw: str) -> None:
     assert matches == (_accepts(clean_queue, raw) or raw.lower() == "temp")
 
 
-@given(st.text(alphabet="0123456789abf-u.bin", min_size=60, max_size=68))
+@given(st.text(alphabet="0123456789abf-u.bin", min_size=60, max_size=72))
 def test_name_pattern_admits_every_name_the_core_parses(raw: str) -> None:
     if _accepts(parse_name, raw):
         assert _pattern("MessageName").search(raw)
@@ -256,6 +265,42 @@ def _publish_multipart_file(app: Flask, _: Path) -> TestResponse:
 
     data = {"action": "publish", "q": "orders", "msg": (BytesIO(b"\x89PNG..."), "m.bin")}
     return app.test_client().post("/index.php", data=data, content_type="multipart/form-data")
+
+
+def _publish_batch(app: Flask, _: Path) -> TestResponse:
+    """Two parts, the second with a nonce already used: a name and a null in ``result``."""
+    from io import BytesIO
+
+    client = app.test_client()
+    _publish(client, "orders", b"once", n="nonce-3")
+    boundary = "batch-boundary"
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="msg"; filename="a"\r\n'
+        "X-ZOSCII-Retention: 7\r\n\r\n\x00\xff\r\n"
+        f'--{boundary}\r\nContent-Disposition: form-data; name="msg"; filename="b"\r\n'
+        f"X-ZOSCII-Nonce: nonce-3\r\n\r\nonce\r\n--{boundary}--\r\n"
+    ).encode("latin-1")
+    return client.post(
+        "/?action=publish&q=orders&batch=1",
+        input_stream=BytesIO(body),
+        content_type=f"multipart/form-data; boundary={boundary}",
+        content_length=len(body),
+    )
+
+
+def _consume(app: Flask, _: Path) -> TestResponse:
+    client = app.test_client()
+    _published(client)
+    return client.get("/?action=consume&q=orders&group=workers&lease=60")
+
+
+def _ack_fenced(app: Flask, _: Path) -> TestResponse:
+    client = app.test_client()
+    _published(client)
+    receipt = client.get("/?action=consume&q=orders&group=g").headers["X-ZOSCII-Receipt"]
+    data = {"action": "ack", "q": "orders", "group": "g", "receipt": receipt}
+    client.post("/", data=data)
+    return client.post("/", data={**data, "receipt": receipt.split(":")[0] + ":00"})
 
 
 def _publish_raw_body(app: Flask, _: Path) -> TestResponse:
@@ -419,6 +464,9 @@ SCENARIOS = [
     Scenario("publish-nonce-again", 200, _publish_nonce_again, method="post"),
     Scenario("publish-multipart-file", 200, _publish_multipart_file, "/index.php", "post"),
     Scenario("publish-raw-body", 200, _publish_raw_body, method="post"),
+    Scenario("publish-batch", 200, _publish_batch, method="post"),
+    Scenario("consume", 200, _consume),
+    Scenario("ack-fenced", 409, _ack_fenced, method="post"),
     Scenario("fetch-binary", 200, _fetch_binary),
     Scenario("fetch-offset-length", 200, _fetch_partial),
     Scenario("fetch-http-range", 206, _fetch_range),

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
 import socket
 import subprocess
 import time
@@ -24,6 +22,7 @@ from testcontainers.core.config import ConnectionMode
 from testcontainers.core.docker_client import DockerClient
 
 from tests.e2e import mq
+from tests.e2e.compose_cli import clean_environment, compose_command
 from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT
 from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import wait_healthy
@@ -38,21 +37,6 @@ SERVICE_LABEL = "com.docker.compose.service"
 UP_TIMEOUT = 240  # seconds to healthy; the shipped probe interval is 15 s
 
 
-def compose_command() -> list[str]:
-    """``docker compose`` (v2) if the CLI has it, else docker-compose (v1)."""
-    docker_cli = shutil.which("docker")
-    if docker_cli:
-        probe = subprocess.run(
-            [docker_cli, "compose", "version"], capture_output=True, timeout=30, check=False
-        )
-        if probe.returncode == 0:
-            return [docker_cli, "compose"]
-    legacy = shutil.which("docker-compose")
-    if legacy:
-        return [legacy]
-    pytest.skip("neither `docker compose` nor `docker-compose` is installed")
-
-
 def free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     try:
@@ -62,13 +46,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def clean_environment() -> dict[str, str]:
-    """The shell environment without anything that would change the stack: the test
-    passes its own settings in an env file instead of the project's .env."""
-    dropped = ("ZOSCII_", "COMPOSE_", "IMAGE_TAG", "BASE_IMAGE", "JAVA_BASE_IMAGE", "TZ")
-    return {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
 
 
 def published_host(container: Container) -> str:

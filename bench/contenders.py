@@ -1,0 +1,153 @@
+"""The servers a comparison runs against: ours, the floor and the original.
+
+*ours* is the api as the other scenarios start it. The *floor* is ``bench/floor_app.py``
+under gunicorn with the api's settings (workers, threads, keepalive, timeout, access
+log), read from ``services/api/gunicorn.conf.py`` so the two stay alike; only the worker
+class is plain ``gthread``. The *original* runs when ``ZOSCII_BENCH_ORIGINAL`` is set and
+nginx and php-fpm are installed; otherwise ``missing`` says why not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import REPO
+from bench.context import Context
+from bench.original import OriginalServer, unavailable
+from bench.servers import Api
+from tests.support.api_server import GUNICORN_CONF, free_port
+
+log = logging.getLogger("bench.contenders")
+
+SHARED_SETTINGS = ("keepalive", "timeout", "graceful_timeout", "access_log_format")
+
+
+def api_gunicorn_settings(scratch: Path) -> dict[str, object]:
+    """The api's gunicorn settings, by running its config file in a throwaway process.
+
+    The config file makes a metrics directory as it loads: ``scratch`` gets it.
+    """
+    code = (
+        "import json, runpy, sys; ns = runpy.run_path(sys.argv[1]); "
+        "print(json.dumps({k: ns.get(k) for k in sys.argv[2:]}))"
+    )
+    env = {
+        **os.environ,
+        "TMPDIR": str(scratch),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(GUNICORN_CONF), *SHARED_SETTINGS, "worker_class"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    return json.loads(out)
+
+
+class FloorServer:
+    """``bench.floor_app:app`` under gunicorn (gthread) with the api's settings."""
+
+    def __init__(self, workdir: Path, *, workers: int, threads: int) -> None:
+        self.workdir, self.workers, self.threads = workdir, workers, threads
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.settings: dict[str, object] = {}
+
+    def start(self, timeout: float = 30.0) -> FloorServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.settings = api_gunicorn_settings(self.workdir)
+        command = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--worker-class=gthread",
+            f"--workers={self.workers}",
+            f"--threads={self.threads}",
+            f"--keep-alive={self.settings['keepalive']}",
+            f"--timeout={self.settings['timeout']}",
+            f"--graceful-timeout={self.settings['graceful_timeout']}",
+            f"--bind=127.0.0.1:{self.port}",
+            "--access-logfile=-",  # as the api: one line per request to stdout
+            f"--access-logformat={self.settings['access_log_format']}",
+            f"--chdir={REPO}",
+            "bench.floor_app:app",
+        ]
+        with open(self.workdir / "floor.log", "ab") as out:
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(self.url + "healthz", timeout=1) as reply:
+                    if reply.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        log_text = (self.workdir / "floor.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"floor app did not start:\n{log_text}")
+
+    def cpu_roots(self) -> list[int]:
+        return [self.process.pid] if self.process and self.process.poll() is None else []
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def api_cpu_roots(api: Api) -> list[int]:
+    """The gunicorn master when we started it, else (a container) its workers."""
+    process = getattr(api, "process", None)
+    if process is None:
+        return api.worker_pids()
+    if process.poll() is not None:
+        log_tail = api.log() if hasattr(api, "log") else ""
+        raise RuntimeError(f"the api exited with {process.returncode}:\n{log_tail}")
+    return [process.pid]
+
+
+@dataclass
+class Contenders:
+    ours: Api
+    ours_dir: Path
+    floor: FloorServer
+    original: OriginalServer | None
+    missing: str  # why there is no original, or ""
+
+
+@contextmanager
+def contenders(ctx: Context, workdir: Path, *, original: bool = True) -> Iterator[Contenders]:
+    """Start ours, the floor and (when possible) the original; stop them all at the end."""
+    with ExitStack() as stack:
+        ours_dir = workdir / "ours"
+        ours_dir.mkdir(parents=True)
+        ours = stack.enter_context(ctx.api(ours_dir))
+        floor = FloorServer(workdir / "floor", workers=ctx.workers, threads=ctx.threads).start()
+        stack.callback(floor.stop)
+        server, missing = None, (unavailable() or "") if original else "not compared"
+        if not missing:
+            server = OriginalServer(workdir / "original").start()
+            stack.callback(server.stop)
+            log.info("original on %s; configured: %s", server.url, server.configured())
+            ctx.results.header["original configured"] = server.configured()
+        yield Contenders(ours, ours_dir, floor, server, missing)
