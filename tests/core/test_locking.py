@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from pathlib import Path
 
 from zosciimq.core import locking
@@ -114,3 +115,23 @@ def test_try_acquire_says_no_while_another_thread_holds_it(tmp_path: Path) -> No
     assert second.try_acquire()
     second.release()
     assert os.path.exists(path)
+
+
+def test_idle_locks_are_closed_so_the_volume_can_be_remounted(tmp_path: Path, monkeypatch) -> None:
+    """A descriptor open for writing keeps a read-only remount busy: locks nobody used
+    for the idle time are closed by the table's background thread; held ones never."""
+    table = locking._LockTable(idle_seconds=0.2)
+    monkeypatch.setattr(locking, "_TABLE", table)
+    held = FileLock(tmp_path / "held.lock")
+    held.acquire()
+    with FileLock(tmp_path / "used.lock"):
+        pass
+    assert table.open_descriptors() == 2
+    deadline = time.monotonic() + 30
+    while table.open_descriptors() > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert table.open_descriptors() == 1, "the idle lock was not closed"
+    assert not _other_process_gets(tmp_path / "held.lock")
+    held.release()
+    with FileLock(tmp_path / "used.lock"):  # reopened on next use
+        assert table.open_descriptors() >= 1

@@ -7,11 +7,12 @@ drops a process's fcntl locks when it dies, so a kill -9 never leaves a lock hel
 
 POSIX locks have a second trap: closing *any* descriptor of the file drops the process's
 lock on it. So each lock file has one descriptor per process, opened at first use and
-kept (which also saves an open and a close on every publish) until the file is among
-the least recently used beyond ``_LockTable.keep`` *and* no thread of the process holds
-or waits for it. Use is counted explicitly from ``acquire`` to ``release``: tying the
-descriptor's life to garbage collection raced (CPython runs ``__del__`` before it clears
-the weak references through which another thread could still find the dying lock).
+kept while it is in use (which saves an open and a close on every publish); it is closed
+once no thread of the process has held or waited for it for ``IDLE_SECONDS`` (so an idle
+api does not keep the volume busy for an unmount or a read-only remount), or when more
+than ``keep`` locks are open. Use is counted explicitly from ``acquire`` to ``release``:
+tying the descriptor's life to garbage collection raced (CPython runs ``__del__`` before
+it clears the weak references through which another thread could still find the lock).
 """
 
 from __future__ import annotations
@@ -21,21 +22,25 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from types import TracebackType
+
+IDLE_SECONDS = 2.0
 
 
 class _ProcessLock:
     """The per-process part of one lock file: a thread lock, its descriptor, its users."""
 
-    __slots__ = ("fd", "path", "thread_lock", "users")
+    __slots__ = ("fd", "last_used", "path", "thread_lock", "users")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.thread_lock = threading.Lock()
         self.fd: int | None = None
         self.users = 0  # threads between acquire and release (waiting or holding)
+        self.last_used = 0.0
 
     def descriptor(self) -> int:
         """The open lock file (the caller holds the thread lock)."""
@@ -52,14 +57,18 @@ class _ProcessLock:
 class _LockTable:
     """The one _ProcessLock per path in this process. Process-wide by necessity: every
     caller must share the thread lock and the descriptor of a path, or threads would not
-    exclude each other and one close would drop another's lock. Bounded: beyond ``keep``
-    paths, the least recently used idle ones are closed and forgotten."""
+    exclude each other and one close would drop another's lock. Locks unused for
+    ``idle_seconds`` are closed and forgotten by a background thread, and beyond ``keep``
+    paths the least recently used unused ones at once. Only a lock no thread holds or
+    waits for (``users`` 0, counted under the mutex) is ever closed."""
 
-    def __init__(self, keep: int = 256) -> None:
+    def __init__(self, keep: int = 256, idle_seconds: float = IDLE_SECONDS) -> None:
         self.keep = keep
+        self.idle_seconds = idle_seconds
         self._mutex = threading.Lock()
         self._locks: OrderedDict[str, _ProcessLock] = OrderedDict()
         self._pid = os.getpid()
+        self._closer: threading.Thread | None = None
 
     def enter(self, path: str) -> _ProcessLock:
         """The lock of ``path``, counted as used until ``leave``."""
@@ -67,11 +76,13 @@ class _LockTable:
             if self._pid != os.getpid():  # a forked child: fcntl locks are not inherited
                 self._locks = OrderedDict()
                 self._pid = os.getpid()
+                self._closer = None  # threads do not survive a fork
             lock = self._locks.get(path)
             if lock is None:
                 lock = self._locks[path] = _ProcessLock(path)
                 if len(self._locks) > self.keep:
-                    self._forget_idle()
+                    self._forget_unused()
+                self._start_closer()
             else:
                 self._locks.move_to_end(path)
             lock.users += 1
@@ -80,6 +91,20 @@ class _LockTable:
     def leave(self, lock: _ProcessLock) -> None:
         with self._mutex:
             lock.users -= 1
+            lock.last_used = time.monotonic()
+
+    def close_idle(self, older_than: float) -> int:
+        """Close and forget the locks unused for ``older_than`` seconds; how many."""
+        deadline = time.monotonic() - older_than
+        with self._mutex:
+            idle = [
+                path
+                for path, lock in self._locks.items()
+                if not lock.users and lock.last_used <= deadline
+            ]
+            for path in idle:
+                _close(self._locks.pop(path))
+            return len(idle)
 
     def __len__(self) -> int:
         return len(self._locks)
@@ -88,14 +113,43 @@ class _LockTable:
         with self._mutex:
             return sum(lock.fd is not None for lock in self._locks.values())
 
-    def _forget_idle(self) -> None:
-        """Close the oldest unused locks down to ``keep`` (the caller holds the mutex).
-        Nobody in the process holds or waits for them, so no lock of ours is dropped."""
+    def _forget_unused(self) -> None:
+        """Close the oldest unused locks down to ``keep`` (the caller holds the mutex)."""
         excess = len(self._locks) - self.keep
         for path in [p for p, lock in self._locks.items() if lock.users == 0][:excess]:
-            lock = self._locks.pop(path)
-            if lock.fd is not None:
-                os.close(lock.fd)
+            _close(self._locks.pop(path))
+
+    def _start_closer(self) -> None:
+        """Start the idle-closing thread unless it runs (the caller holds the mutex)."""
+        if self._closer is None:
+            self._closer = threading.Thread(
+                target=_close_idle_forever,
+                args=(weakref.ref(self), self.idle_seconds),
+                name="zoscii-idle-locks",
+                daemon=True,
+            )
+            self._closer.start()
+
+
+def _close(lock: _ProcessLock) -> None:
+    if lock.fd is not None:
+        os.close(lock.fd)
+        lock.fd = None
+
+
+def _close_idle_forever(owner: weakref.ref[_LockTable], idle_seconds: float) -> None:
+    """Runs while its table exists and has locks; the next new lock starts another."""
+    while True:
+        time.sleep(idle_seconds / 2)
+        table = owner()
+        if table is None:
+            return
+        table.close_idle(idle_seconds)
+        with table._mutex:
+            if not table._locks:
+                table._closer = None
+                return
+        del table
 
 
 _TABLE = _LockTable()
