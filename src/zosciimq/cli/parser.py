@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zosciimq import __version__
-from zosciimq.cli import exit_codes, messages, services, store_admin, tail
+from zosciimq.cli import exit_codes, messages, services, store_admin, tail, work
 from zosciimq.cli.context import DEFAULT_URL
 
 DESCRIPTION = """\
@@ -31,6 +31,8 @@ examples:
   zoscii fetch orders                        the first message, to stdout
   zoscii fetch orders --after NAME -o m.bin  the next message after NAME, to a file
   zoscii tail orders -f --pointer-file orders.ptr --exec './handle.sh'
+  zoscii work orders --group shipping --exec './ship.sh'   competing workers
+  zoscii dead replay orders --group shipping               retry the dead letters
   zoscii store --file report.csv -r 30       prints the stored name
   zoscii retrieve NAME -o report.csv         resumes an interrupted download
   zoscii scan | zoscii identify -            mark every unidentified message
@@ -90,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     _publish(add)
     _fetch(add)
     _tail(add)
+    _work(add)
+    _dead(add)
     _store(add)
     _retrieve(add)
     _scan(add)
@@ -330,6 +334,178 @@ def _tail(add: Adder) -> None:
     sub.add_argument("--raw", action="store_true", help="no newline after each message")
 
 
+def _work(add: Adder) -> None:
+    sub = add(
+        "work",
+        work.work,
+        "Work through a queue as one of a consumer group's workers",
+        "Leases messages of QUEUE for the consumer group --group (each message goes to "
+        "one worker of the group at a time; groups are independent of each other and "
+        "of fetch and tail) and runs the shell command CMD for each: the message on its "
+        "stdin, and $ZOSCII_QUEUE, $ZOSCII_GROUP, $ZOSCII_NAME, $ZOSCII_RECEIPT, "
+        "$ZOSCII_DELIVERIES (1 the first time), $ZOSCII_SIZE, $ZOSCII_LEASE_SECONDS and, "
+        "for a message with a TTL, $ZOSCII_TTL in its environment. Exit 0 acks the "
+        f"message; exit {work.DEAD_LETTER_EXIT} (--dead-letter-exit) sends it to the "
+        "group's dead letters (see zoscii dead); any other exit requeues it, tried again "
+        "after --retry-delay seconds, doubling each time, and dead-lettered when it "
+        "fails on its --max-deliveries-th delivery. The lease is extended while CMD "
+        "runs, so CMD may take longer than --lease. Runs until stopped: Ctrl-C or "
+        "SIGTERM lets the commands running finish and settles their messages, then "
+        "exits 0 (a second Ctrl-C ends the commands: their messages are requeued, exit "
+        "130); or after --max-messages messages, or with --until-empty once nothing is "
+        "left (exit 4 when there was nothing at all). Start as many as you like, on as "
+        "many machines: they share the work.",
+        "  zoscii work orders --group shipping --exec './ship.sh'\n"
+        "  zoscii work orders --group shipping --exec 'cat >> orders.log' --until-empty\n"
+        "  zoscii work images --group thumbs --concurrency 4 --lease 60 \\\n"
+        "      --exec 'convert - -resize 200 \"thumbs/$ZOSCII_NAME.png\"'\n"
+        "  zoscii --json work orders --group audit --exec ./check.sh --max-messages 100",
+    )
+    sub.add_argument("queue", metavar="QUEUE")
+    sub.add_argument("--group", "-g", required=True, metavar="GROUP", help="consumer group name")
+    sub.add_argument(
+        "--exec", required=True, metavar="CMD", help="shell command run for each message"
+    )
+    sub.add_argument(
+        "--lease",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds a message stays with this worker unless extended (default 30; "
+        "extended every third of it while CMD runs)",
+    )
+    sub.add_argument(
+        "--count",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="messages leased per request, run one after the other (default 1)",
+    )
+    sub.add_argument(
+        "--concurrency",
+        "-c",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="commands run at the same time (default 1)",
+    )
+    sub.add_argument(
+        "--wait",
+        type=_seconds,
+        default=20.0,
+        metavar="SECONDS",
+        help="seconds the server may hold a request until a message comes (long-poll, "
+        "default 20; a stop while waiting takes effect when it returns)",
+    )
+    sub.add_argument(
+        "--max-messages", type=_positive_int, metavar="N", help="stop after N messages"
+    )
+    sub.add_argument(
+        "--until-empty", action="store_true", help="stop once there is nothing to lease"
+    )
+    sub.add_argument(
+        "--retry-delay",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="delay before a failed message is tried again, doubled on each failure up "
+        f"to {work.MAX_RETRY_DELAY:g} (default 1; 0: at once)",
+    )
+    sub.add_argument(
+        "--max-deliveries",
+        type=_count,
+        default=5,
+        metavar="N",
+        help="dead-letter a message that fails on its Nth delivery (default 5, the "
+        "server's ZOSCII_MAX_DELIVERIES as shipped; 0: leave it to the server)",
+    )
+    sub.add_argument(
+        "--dead-letter-exit",
+        type=_count,
+        default=work.DEAD_LETTER_EXIT,
+        metavar="CODE",
+        help=f"the exit code of CMD that dead-letters a message (default "
+        f"{work.DEAD_LETTER_EXIT}, EX_DATAERR)",
+    )
+    sub.add_argument(
+        "--consumer", metavar="NAME", help="this worker's name in the group (default host-pid)"
+    )
+
+
+def _dead(add: Adder) -> None:
+    sub = add(
+        "dead",
+        _dead_usage,
+        "List or replay a consumer group's dead letters",
+        "A message dead-lettered by a worker (or by the server, after too many "
+        "deliveries or past its TTL) is copied to the queue QUEUE--GROUP--dead, where "
+        "fetch and tail read it like any queue. 'dead list' prints the name and size of "
+        "each one in it. 'dead replay' publishes them into QUEUE again, each once: a "
+        "replayed dead letter is acked in the group 'replay' of the dead-letter queue, "
+        "so replay never sends it twice (and a replay cut off half way is simply run "
+        "again).",
+        "  zoscii dead list orders --group shipping\n"
+        "  zoscii dead replay orders --group shipping\n"
+        "  zoscii dead replay orders --group shipping --name NAME --name NAME2",
+        intermixed=False,
+    )
+    verbs = sub.add_subparsers(
+        dest="dead_command", metavar="VERB", required=True, parser_class=CommandParser
+    )
+    for verb, handler, summary, description, examples in (
+        (
+            "list",
+            work.dead_list,
+            "List the dead letters of a consumer group",
+            "One line per dead letter in QUEUE--GROUP--dead, oldest first: its name in "
+            "that queue and its size (with --json: one object each, reason null: the "
+            "server does not keep why). Replayed ones are listed too, until the "
+            "retention of the dead-letter queue removes them. Exit 4 when there are none.",
+            "  zoscii dead list orders --group shipping\n"
+            "  zoscii fetch orders--shipping--dead --after NAME   # the bytes of the next one",
+        ),
+        (
+            "replay",
+            work.dead_replay,
+            "Publish a consumer group's dead letters into the queue again",
+            "Each dead letter not replayed before is published into QUEUE (with the "
+            "retention it had), then acked in the group 'replay' of QUEUE--GROUP--dead; "
+            "prints the dead letter's name and the new name. With --name, only those "
+            "(exit 3 when one is not waiting there); the others are leased and given "
+            "back at once, which the server counts as a delivery: after "
+            "ZOSCII_MAX_DELIVERIES (5) such runs a dead letter never replayed moves on "
+            "to QUEUE--GROUP--dead--replay--dead. Exit 4 when there was nothing to replay.",
+            "  zoscii dead replay orders --group shipping\n"
+            "  zoscii dead replay orders --group shipping --name 2025...-0000-....bin",
+        ),
+    ):
+        child = verbs.add_parser(
+            verb,
+            help=summary,
+            description=f"{summary}.\n\n{textwrap.fill(description, 80)}",
+            epilog=f"examples:\n{examples}\n\n{exit_codes.epilog()}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _global_options(child, suppress=True)
+        child.set_defaults(handler=handler)
+        child.add_argument("queue", metavar="QUEUE", help="the queue the group works on")
+        child.add_argument(
+            "--group", "-g", required=True, metavar="GROUP", help="consumer group name"
+        )
+        if verb == "replay":
+            child.add_argument(
+                "--name",
+                action="append",
+                metavar="NAME",
+                help="replay only this dead letter (its name in the dead-letter queue); "
+                "repeat for more",
+            )
+
+
+def _dead_usage(ctx: Any) -> int:  # argparse requires a verb: never called
+    return exit_codes.USAGE
+
+
 def _store(add: Adder) -> None:
     sub = add(
         "store",
@@ -427,6 +603,17 @@ def _positive_int(text: str) -> int:
     value = _int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text}: use 1 or more")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """0 or more seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: use 0 or more seconds")
     return value
 
 

@@ -11,6 +11,12 @@
 
         names = [p.name for p in mq.publish_many("orders", [b"a", b"b", Path("c.pdf")])]
 
+        # work queues: the consumers of a group share a queue, each message to one
+        for message in mq.lease("orders", "shipping", count=10, lease=60, wait=20):
+            ship(message.data)
+            mq.ack("orders", "shipping", message)
+        Worker(mq, "orders", "shipping", ship_one).run()  # the loop, see worker.py
+
 Errors are typed (``zosciimq.client.errors``); binary payloads stay byte-exact.
 ``fetch_batch`` reads many messages per request and ``wait=`` long-polls where the server
 has them (this project's api), falling back to single fetches against the original;
@@ -26,6 +32,7 @@ from zosciimq.client.errors import (
     BadHeaders,
     BadMessageName,
     DeadlineExceeded,
+    Fenced,
     Forbidden,
     InternalServerError,
     InvalidInput,
@@ -52,6 +59,14 @@ from zosciimq.client.pointers import FilePointerStore, MemoryPointerStore, Point
 from zosciimq.client.publish_batch import BatchItem, PublishProgress
 from zosciimq.client.replies import Envelope, Published, Received, ReplyInfo
 from zosciimq.client.transport import TransportOptions
+from zosciimq.client.work import LeasedMessage, Outcome, dead_letter_queue
+from zosciimq.client.worker import (
+    DeadLetter,
+    Worker,
+    WorkerStats,
+    exponential_backoff,
+    stop_on_signals,
+)
 
 __all__ = [
     "BadHeaders",
@@ -59,13 +74,16 @@ __all__ = [
     "BatchItem",
     "BatchMessage",
     "Consumer",
+    "DeadLetter",
     "DeadlineExceeded",
     "DownloadResult",
     "Envelope",
+    "Fenced",
     "FilePointerStore",
     "Forbidden",
     "InternalServerError",
     "InvalidInput",
+    "LeasedMessage",
     "MemoryPointerStore",
     "Message",
     "MessageNotFound",
@@ -73,6 +91,7 @@ __all__ = [
     "NotFound",
     "NotZosciiReply",
     "OutOfOrder",
+    "Outcome",
     "PayloadTooLarge",
     "PointerStore",
     "ProtocolError",
@@ -92,7 +111,12 @@ __all__ = [
     "TruncatedReply",
     "TryAgain",
     "Unauthenticated",
+    "Worker",
+    "WorkerStats",
     "ZosciiClient",
     "ZosciiClientError",
+    "dead_letter_queue",
+    "exponential_backoff",
     "new_nonce",
+    "stop_on_signals",
 ]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import requests
+from requests.structures import CaseInsensitiveDict
 
 from zosciimq.client.errors import (
     BadHeaders,
@@ -50,12 +51,16 @@ def read_batch(
     response: requests.Response,
     open_sink: SinkFactory,
     *,
-    after: str,
+    after: str | None,
     count: int,
     max_bytes: int | None,
     max_header_bytes: int,
 ) -> list[Received]:
-    """Stream every part of a batch reply into ``open_sink(info)``, checking each one."""
+    """Stream every part of a batch reply into ``open_sink(info)``, checking each one.
+
+    ``after``: the fetch pointer; every part must sort after the one before it (the
+    pointer first). None: no order (a work-queue lease answers redeliveries first).
+    ``info.headers`` carries each part's own headers (its receipt, for a lease)."""
     status = response.status_code
     if status != 200:
         raise NotZosciiReply(f"HTTP {status} on a batch reply", status=status)
@@ -72,19 +77,19 @@ def read_batch(
             raise NotZosciiReply(f"batch reply: expected a part delimiter, got {_snippet(line)}")
         if len(received) == count:
             raise NotZosciiReply(f"batch reply has more than the {count} message(s) asked for")
-        name, size = _part_headers(reader, max_header_bytes)
-        if not name > previous:
+        name, size, headers = _part_headers(reader, max_header_bytes)
+        if previous is not None and not name > previous:
             raise OutOfOrder(f"batch part {name} does not sort after {previous}", status=status)
         if max_bytes is not None and size > max_bytes:
             raise ReplyTooLarge(
                 f"message {name} of {size} bytes is over the maximum of {max_bytes}", status=status
             )
-        sink = open_sink(ReplyInfo(name, 0, size, size))
+        sink = open_sink(ReplyInfo(name, 0, size, size, headers))
         reader.copy(size, sink, name)
         if reader.exact(2) != b"\r\n":
             raise NotZosciiReply(f"batch part {name}: no CRLF after its {size} bytes")
         received.append(Received(name=name, size=size, offset=0, total_length=size))
-        previous = name
+        previous = name if after is not None else None
     if not reader.at_end():
         raise NotZosciiReply("batch reply: data after the closing delimiter")
     if not received:
@@ -239,8 +244,10 @@ class _Reader:
         return not self._available() and not self._more()
 
 
-def _part_headers(reader: _Reader, max_header_bytes: int) -> tuple[str, int]:
-    """The part's message name and length, from its header block."""
+def _part_headers(
+    reader: _Reader, max_header_bytes: int
+) -> tuple[str, int, CaseInsensitiveDict[str]]:
+    """The part's message name, length and headers, from its header block."""
     headers = _MimeHeaders()
     total = 0
     while line := reader.line():
@@ -263,7 +270,7 @@ def _part_headers(reader: _Reader, max_header_bytes: int) -> tuple[str, int]:
     lengths = headers.get_all("Content-Length") or []
     if len(lengths) != 1 or not lengths[0].isdigit():
         raise NotZosciiReply(f"batch part {name}: needs exactly one numeric Content-Length")
-    return name, int(lengths[0])
+    return name, int(lengths[0]), CaseInsensitiveDict(headers.items())
 
 
 def _check_summary(response: requests.Response, received: list[Received]) -> None:

@@ -143,6 +143,14 @@ class StorageFull(ServerError, errors.StorageFull):
     reason = "storage_full"
 
 
+class Fenced(ServerError, errors.Fenced):
+    """409: a work-queue receipt that no longer holds its message (acked, requeued,
+    dead-lettered, or leased again to another consumer after its lease ran out).
+    Nothing was changed; the message is someone else's now, or finished."""
+
+    reason = "fenced"
+
+
 class InternalServerError(ServerError):
     reason = "server_error"
 
@@ -160,6 +168,7 @@ _BY_STATUS: dict[int, type[ServerError]] = {
         RangeNotSatisfiable,
         TryAgain,
         StorageFull,
+        Fenced,
     )
 } | {errors.RateLimited.status: TryAgain, errors.WrongMethod.status: InvalidInput}
 

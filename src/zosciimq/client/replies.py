@@ -9,8 +9,8 @@ name after the pointer, the declared length against the bytes that arrived, size
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from email.message import Message as _MimeHeaders
 from typing import Any, Protocol
 
@@ -44,6 +44,8 @@ class ReplyInfo:
     offset: int  # where the body starts within the message
     total_length: int | None  # the whole message's size, when known
     content_length: int | None  # the body's size, when declared
+    # the part's own headers in a batch (a work-queue receipt, ...); {} for a single reply
+    headers: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 SinkFactory = Callable[[ReplyInfo], Sink]
