@@ -9,7 +9,7 @@ Clients are declared in TOML (``ZOSCII_AUTH_FILE``, or the same text in
     username = "partner-a"             # optional: also accept HTTP Basic for old clients
     read = ["outbox_a"]                # queues it may fetch (fnmatch patterns)
     write = ["inbox_a"]                # queues it may publish to
-    actions = ["store", "retrieve"]    # store, retrieve, scan, identify, metrics
+    actions = ["store", "retrieve"]    # store, retrieve, scan, identify, metrics, statistics
 
 Only hashes are kept; a presented secret is hashed and compared with every client's
 hash in constant time, so neither timing nor an early exit tells which part matched.
@@ -37,7 +37,9 @@ from zosciimq.errors import Forbidden, Unauthenticated
 from zosciimq.settings import SettingsError
 
 __all__ = [
+    "ACTIONS",
     "READ_ACTIONS",
+    "SERVICE_ACTIONS",
     "STORE_ACTIONS",
     "AccessControl",
     "Client",
@@ -48,6 +50,10 @@ __all__ = [
 ]
 
 STORE_ACTIONS = frozenset({"store", "retrieve", "scan", "identify", "metrics"})
+# Rights to other services' endpoints: "statistics" is statissa's page, /stats.json and
+# POST /refresh (its /healthz and /metrics stay open, for orchestrators and Prometheus).
+SERVICE_ACTIONS = frozenset({"statistics"})
+ACTIONS = STORE_ACTIONS | SERVICE_ACTIONS  # what a client's ``actions`` may name
 # Reading a queue: by pointer, or through a consumer group.
 READ_ACTIONS = frozenset({"fetch", "consume", "ack", "requeue", "deadletter", "extend"})
 
@@ -151,8 +157,8 @@ def parse_clients(text: str) -> list[Client]:
         if len(token) != 32:
             raise SettingsError(f"{where}: token_sha256 must be 64 hex digits")
         actions = frozenset(entry.get("actions", []))
-        if not actions <= STORE_ACTIONS:
-            raise SettingsError(f"{where}: unknown actions {sorted(actions - STORE_ACTIONS)}")
+        if not actions <= ACTIONS:
+            raise SettingsError(f"{where}: unknown actions {sorted(actions - ACTIONS)}")
         clients.append(
             Client(
                 name=str(entry.get("name", f"client-{number}")),

@@ -126,6 +126,7 @@ def test_served_process(tmp_path: Path, data_root: Path) -> None:
         output = log.read()
         log.close()
     assert "statistics computed" in output
+    assert "Starting gunicorn" in output and "Booting worker" in output  # not a dev server
     assert "the Spark context has stopped; a new one starts on the next run" in output
 
 

@@ -39,6 +39,8 @@ def test_environment_and_flags() -> None:
     [
         ("ZOSCII_STATISSA_PORT", "http"),
         ("ZOSCII_STATISSA_INTERVAL_SECONDS", "0"),
+        ("ZOSCII_STATISSA_THREADS", "1"),
+        ("ZOSCII_STATISSA_TIMEOUT_SECONDS", "1"),
         ("ZOSCII_SPARK_CONF", "executor.memory=4g"),
         ("ZOSCII_SPARK_CONF", "spark.executor.memory"),
     ],
@@ -46,3 +48,40 @@ def test_environment_and_flags() -> None:
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_the_server_settings() -> None:
+    settings = Settings.from_env({})
+    assert (settings.threads, settings.timeout_seconds, settings.graceful_timeout_seconds) == (
+        4,
+        60,
+        20,
+    )
+    assert not settings.access.enabled  # as before: everything open
+    tuned = Settings.from_env(
+        {"ZOSCII_STATISSA_THREADS": "8", "ZOSCII_STATISSA_GRACEFUL_TIMEOUT_SECONDS": "5"}
+    )
+    assert (tuned.threads, tuned.graceful_timeout_seconds) == (8, 5)
+
+
+_CLIENT = """
+[[clients]]
+name = "grafana"
+token_sha256 = "{}"
+actions = {}
+"""
+
+
+def test_access_control_comes_from_the_api_variables(tmp_path: Path) -> None:
+    digest = "ab" * 32
+    inline = Settings.from_env({"ZOSCII_AUTH_CLIENTS": _CLIENT.format(digest, '["statistics"]')})
+    assert inline.access.enabled
+    assert inline.access.clients[0].may("statistics", None)
+    path = tmp_path / "clients.toml"
+    path.write_text(_CLIENT.format(digest, '["metrics"]'))
+    from_file = Settings.from_env({"ZOSCII_AUTH_FILE": str(path)})
+    assert not from_file.access.clients[0].may("statistics", None)
+    with pytest.raises(SettingsError, match="unknown actions"):
+        Settings.from_env({"ZOSCII_AUTH_CLIENTS": _CLIENT.format(digest, '["statistic"]')})
+    with pytest.raises(SettingsError, match="ZOSCII_AUTH_FILE"):
+        Settings.from_env({"ZOSCII_AUTH_FILE": str(tmp_path / "missing.toml")})

@@ -38,7 +38,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m zoscii_claireup",
         description="Delete messages whose retention has passed, old nonce markers and "
-        "upload leftovers (ZOSCII MQ retention cleaner).",
+        "upload leftovers, and tidy consumer-group state (ZOSCII MQ retention cleaner).",
     )
     parser.add_argument("--version", action="version", version=f"zoscii-claireup {version()}")
     parser.add_argument(

@@ -14,7 +14,11 @@ Why it cannot lose a publish or confuse a consumer:
 * a queue's index and journal are deleted only when, under the queue lock, its directory
   is gone (nobody can be using them then); never otherwise;
 * lock files are never removed: a process waiting on the old inode would hold a lock
-  that a newcomer, opening a fresh file, would hold as well.
+  that a newcomer, opening a fresh file, would hold as well;
+* consumer-group state goes through the core (``ConsumerGroups.forget`` / ``tidy``),
+  under each group's lock: the log of a group whose queue is gone is deleted only when,
+  under the lock, the queue directory is still missing; a live group's log is rewritten
+  without the history of messages deleted above, keeping every lease and count.
 
 What each file *is* comes from the core (``zosciimq.core.walk``); this module only
 decides what is due. The walks stream ``os.scandir`` (memory does not grow with the file
@@ -33,6 +37,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from zoscii_claireup.report import (
+    AREA_GROUP,
     AREA_INDEX,
     AREA_NONCE,
     AREA_QUEUE,
@@ -43,7 +48,8 @@ from zoscii_claireup.report import (
 )
 from zoscii_claireup.retention import ExpiryRule, older_than
 from zoscii_claireup.settings import Settings
-from zosciimq.core import DataDir, QueueStore, walk
+from zosciimq.core import DataDir, InvalidInput, QueueNotFound, QueueStore, ZosciiError, walk
+from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.locking import FileLock
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.queues import utc_now
@@ -74,8 +80,10 @@ class Cleaner:
         progress_every_seconds: float = _DEFAULTS.progress_every_seconds,
         report_limit: int = _DEFAULTS.report_limit,
         dry_run_sink: DryRunSink | None = None,
+        groups: bool = True,
     ) -> None:
         self.data_dir = data_dir
+        self.groups = groups
         self.nonce_window_seconds = nonce_window_seconds
         self.temp_max_age_seconds = temp_max_age_seconds
         self.clock = clock
@@ -105,6 +113,8 @@ class Cleaner:
             run.clean_nonces()
             run.clean_temp()
             run.clean_indexes()
+            if self.groups:
+                run.clean_groups()  # last: the messages deleted above are gone by now
         except Interrupted:
             run.report.interrupted = True
             log.warning("claireup run interrupted; a rerun carries on where this one stopped")
@@ -125,6 +135,7 @@ class _Run:
         self.report = RunReport(started_at=now, dry_run=dry_run)
         self.queues = QueueStore(cleaner.data_dir, clock=cleaner.clock)
         self.nonces = Nonces(cleaner.data_dir)
+        self.groups = ConsumerGroups(cleaner.data_dir, self.queues)
         self.progress = _Progress(
             self.report, cleaner.progress_every_files, cleaner.progress_every_seconds
         )
@@ -232,6 +243,60 @@ class _Run:
         with FileLock(self.data_dir.queue_lock_path(queue)):
             if not self.data_dir.queue_dir(queue).exists():
                 self._delete(found.entry, tally)
+
+    # --- consumer-group state ---------------------------------------------------------
+    def clean_groups(self) -> None:
+        """The state of groups whose queue is gone, and the history of live groups' logs
+        about messages that are gone (see ``ConsumerGroups.forget`` and ``tidy``)."""
+        tally = self.report.tally(AREA_GROUP)
+        for queue in self.groups.queues_with_groups():
+            vanished = not self.data_dir.queue_dir(queue).exists()
+            for group in self.groups.groups_of(queue):
+                self._tick(tally, f"groups of {queue}")
+                try:
+                    if vanished:
+                        self._forget_group(queue, group, tally)
+                    else:
+                        self._tidy_group(queue, group, tally)
+                except InvalidInput:  # a file name the core would not have written
+                    self._unparsable(str(self.data_dir.group_log_path(queue, group)), tally)
+                except QueueNotFound:
+                    pass  # the queue went away meanwhile: the next run forgets its groups
+                except (OSError, ZosciiError) as exc:
+                    tally.errors += 1
+                    log.error("consumer group %s/%s: %s", queue, group, exc)
+            if vanished and not self.dry_run:
+                try:
+                    self.report.groups.dirs_removed += int(self.groups.drop_queue_dir(queue))
+                except OSError as exc:
+                    tally.errors += 1
+                    log.error("cannot remove the group state directory of %s: %s", queue, exc)
+
+    def _forget_group(self, queue: str, group: str, tally: Tally) -> None:
+        removed = self.groups.forget(queue, group, dry_run=self.dry_run)
+        for path, size in removed:
+            self._count_deleted(path, size, tally)
+        if removed and not self.dry_run:
+            log.info("queue %s is gone: state of its consumer group %s deleted", queue, group)
+
+    def _tidy_group(self, queue: str, group: str, tally: Tally) -> None:
+        tidied = self.groups.tidy(queue, group, dry_run=self.dry_run)
+        for path, size in tidied.leftovers:
+            self._count_deleted(path, size, tally)
+        if tidied.compacted:
+            upkeep = self.report.groups
+            upkeep.compacted += 1
+            upkeep.lines_dropped += tidied.lines_dropped
+            upkeep.bytes_reclaimed += max(0, tidied.bytes_before - tidied.bytes_after)
+            upkeep.waiting_dropped += tidied.waiting_dropped
+            upkeep.acks_dropped += tidied.acks_dropped
+
+    def _count_deleted(self, path: str, size: int, tally: Tally) -> None:
+        """A file the core deleted (or, dry, would) on claireup's behalf."""
+        tally.deleted += 1
+        tally.deleted_bytes += size
+        if self.dry_run and self.cleaner.dry_run_sink is not None:
+            self.cleaner.dry_run_sink(path, size)
 
     # --- helpers -----------------------------------------------------------------------
     def _on_error(self, tally: Tally) -> walk.OnError:
@@ -349,4 +414,5 @@ def build_cleaner(
         progress_every_seconds=settings.progress_every_seconds,
         report_limit=settings.report_limit,
         dry_run_sink=dry_run_sink,
+        groups=settings.groups,
     )

@@ -63,6 +63,28 @@ class ClaireupMetrics:
             "dry runs do not count).",
             registry=registry,
         )
+        self.group_logs_compacted = Counter(
+            "zoscii_claireup_group_logs_compacted_total",
+            "Consumer-group logs rewritten without the history of messages retention deleted.",
+            registry=registry,
+        )
+        self.group_log_lines_dropped = Counter(
+            "zoscii_claireup_group_log_lines_dropped_total",
+            "Lines those rewrites dropped from consumer-group logs.",
+            registry=registry,
+        )
+        self.group_log_bytes_reclaimed = Counter(
+            "zoscii_claireup_group_log_bytes_reclaimed_total",
+            "Bytes those rewrites saved (log size before minus after).",
+            registry=registry,
+        )
+        self.group_entries_dropped = Counter(
+            "zoscii_claireup_group_entries_dropped_total",
+            "Group state about messages retention deleted: kind=ack (remembered acks), "
+            "kind=waiting (entries waiting for a redelivery). Leases are never dropped.",
+            ["kind"],
+            registry=registry,
+        )
         self.running = Gauge(
             "zoscii_claireup_running", "1 while a run is in progress.", registry=registry
         )
@@ -72,6 +94,8 @@ class ClaireupMetrics:
             self.unparsable.labels(area)
         for outcome in ("success", "failed", "interrupted"):
             self.runs.labels(outcome)
+        for kind in ("ack", "waiting"):
+            self.group_entries_dropped.labels(kind)
 
     def record(self, report: RunReport) -> None:
         self.runs.labels(report.outcome).inc()
@@ -84,6 +108,13 @@ class ClaireupMetrics:
             if not report.dry_run and tally.deleted:
                 self.deleted_files.labels(area, queue).inc(tally.deleted)
                 self.deleted_bytes.labels(area, queue).inc(tally.deleted_bytes)
+        if not report.dry_run:
+            upkeep = report.groups
+            self.group_logs_compacted.inc(upkeep.compacted)
+            self.group_log_lines_dropped.inc(upkeep.lines_dropped)
+            self.group_log_bytes_reclaimed.inc(upkeep.bytes_reclaimed)
+            self.group_entries_dropped.labels("ack").inc(upkeep.acks_dropped)
+            self.group_entries_dropped.labels("waiting").inc(upkeep.waiting_dropped)
         if not report.interrupted:  # a partial count would read as files having vanished
             for area, count in unparsable.items():
                 self.unparsable.labels(area).set(count)

@@ -16,7 +16,8 @@ AREA_STORE = "store"
 AREA_NONCE = "nonce"
 AREA_TEMP = "temp"
 AREA_INDEX = "index"
-AREAS = (AREA_QUEUE, AREA_STORE, AREA_NONCE, AREA_TEMP, AREA_INDEX)
+AREA_GROUP = "group"  # consumer-group state: .zoscii/groups/<q>/<g>.log
+AREAS = (AREA_QUEUE, AREA_STORE, AREA_NONCE, AREA_TEMP, AREA_INDEX, AREA_GROUP)
 
 
 @dataclass
@@ -29,10 +30,24 @@ class Tally:
 
 
 @dataclass
+class GroupUpkeep:
+    """What a run did to the logs of live consumer groups (removals of vanished queues'
+    state are deleted files of the ``group`` area's tally)."""
+
+    compacted: int = 0  # logs rewritten (dry run: that would be)
+    lines_dropped: int = 0
+    bytes_reclaimed: int = 0
+    waiting_dropped: int = 0  # entries waiting for a message retention deleted
+    acks_dropped: int = 0  # remembered acks of messages retention deleted
+    dirs_removed: int = 0  # empty state directories of vanished queues
+
+
+@dataclass
 class RunReport:
     started_at: datetime
     dry_run: bool = False
     tallies: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    groups: GroupUpkeep = field(default_factory=GroupUpkeep)
     unparsable_sample: list[str] = field(default_factory=list)
     finished_at: datetime | None = None
     duration_seconds: float = 0.0
@@ -82,6 +97,14 @@ class RunReport:
             lines.append(
                 f"  {where}: scanned={tally.scanned} {verb.replace(' ', '_')}={tally.deleted} "
                 f"bytes={tally.deleted_bytes} unparsable={tally.unparsable} errors={tally.errors}"
+            )
+        upkeep = self.groups
+        if upkeep.compacted or upkeep.dirs_removed:
+            lines.append(
+                f"  group logs: {'would compact' if self.dry_run else 'compacted'}="
+                f"{upkeep.compacted} lines_dropped={upkeep.lines_dropped} "
+                f"bytes_reclaimed={upkeep.bytes_reclaimed} acks_dropped={upkeep.acks_dropped} "
+                f"waiting_dropped={upkeep.waiting_dropped} dirs_removed={upkeep.dirs_removed}"
             )
         return lines
 

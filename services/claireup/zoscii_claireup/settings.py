@@ -38,6 +38,8 @@ class Settings:
         "ZOSCII_CLAIREUP_TEMP_MAX_AGE_SECONDS", 86_400, minimum=60
     )
     dry_run: bool = env_field("ZOSCII_CLAIREUP_DRY_RUN", False)
+    # consumer-group state: remove that of vanished queues, compact logs of live groups
+    groups: bool = env_field("ZOSCII_CLAIREUP_GROUPS", True)
     host: str = env_field("ZOSCII_CLAIREUP_HOST", "0.0.0.0")  # the ops port's address
     port: int = env_field("ZOSCII_CLAIREUP_PORT", 9102, minimum=0, maximum=65535)
     progress_every_files: int = env_field(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zoscii_statissa.compute import compute_snapshot
-from zoscii_statissa.service import Service
+from zoscii_statissa.service import serve
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.spark import SparkScanner
 from zosciimq.core.layout import DataDir
@@ -23,7 +23,6 @@ from zosciimq.core.queues import utc_now
 from zosciimq.service import (
     EXIT_FAILED,
     EXIT_OK,
-    StopSignal,
     settings_or_exit,
     setup_logging,
     version,
@@ -38,7 +37,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     data_dir = {item.name: item.default for item in dataclasses.fields(CoreSettings)}["data_dir"]
     parser = argparse.ArgumentParser(
         prog="python -m zoscii_statissa",
-        description="Queue and store statistics computed with Spark, served to Prometheus.",
+        description="Queue, store and consumer-group statistics computed with Spark, "
+        "served by gunicorn (page, JSON, Prometheus).",
     )
     parser.add_argument("--version", action="version", version=f"zoscii-statissa {version()}")
     parser.add_argument("--once", action="store_true", help="compute once, print the JSON, exit")
@@ -65,11 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_or_exit(lambda: apply_args(Settings.from_env(), args))
     level, log_format = settings.log
     setup_logging("statissa", level=level, log_format=log_format)
+    if not args.once:  # gunicorn's master; Spark starts in its worker (server.py)
+        return serve(settings)
     scanner = SparkScanner(settings)
-    try:
-        if args.once:  # SIGTERM keeps its default: a one-shot computation simply ends
-            return run_once(scanner, DataDir(settings.data_dir))
-        return Service(settings, scanner, StopSignal().install()).serve()
+    try:  # SIGTERM keeps its default: a one-shot computation simply ends
+        return run_once(scanner, DataDir(settings.data_dir))
     finally:
         scanner.stop()
 

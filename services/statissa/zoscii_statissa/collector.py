@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from zoscii_statissa.model import GroupStats, Snapshot
+from zoscii_statissa.model import ConsumerGroupStats, GroupStats, Snapshot
 from zoscii_statissa.snapshots import SnapshotKeeper
 
 _GroupValue = Callable[[GroupStats], float | None]
@@ -144,6 +144,7 @@ def _snapshot_metrics(snapshot: Snapshot) -> Iterator[Metric]:
         value=snapshot.total_bytes,
     )
     yield from _pointer_metrics(snapshot)
+    yield from _group_metrics(snapshot)
 
 
 def _pointer_metrics(snapshot: Snapshot) -> Iterator[Metric]:
@@ -171,3 +172,77 @@ def _pointer_metrics(snapshot: Snapshot) -> Iterator[Metric]:
     yield valid
     yield stamp
     yield age
+
+
+_GroupFigure = Callable[[ConsumerGroupStats], float | None]
+
+# (name, help, value, counter): zoscii_group_<...>{queue, group}; a counter's name gets
+# its _total suffix from prometheus-client.
+_CONSUMER_GROUP_METRICS: tuple[tuple[str, str, _GroupFigure, bool], ...] = (
+    (
+        "zoscii_group_messages_waiting",
+        "Messages waiting for the group: not delivered yet, or back for another delivery.",
+        lambda g: g.waiting,
+        False,
+    ),
+    (
+        "zoscii_group_messages_leased",
+        "Messages leased to a consumer now.",
+        lambda g: g.leased,
+        False,
+    ),
+    (
+        "zoscii_group_messages_acked",
+        "Messages acked since the group began.",
+        lambda g: g.acked,
+        True,
+    ),
+    (
+        "zoscii_group_messages_redelivered",
+        "Deliveries after the first (a lease ran out, or a requeue).",
+        lambda g: g.redelivered,
+        True,
+    ),
+    (
+        "zoscii_group_messages_dead_lettered",
+        "Messages the group moved to its dead-letter queue.",
+        lambda g: g.dead_lettered,
+        True,
+    ),
+    (
+        "zoscii_group_oldest_unacked_timestamp_seconds",
+        "Name time of the oldest message the group has not acked, Unix seconds.",
+        lambda g: g.oldest_unacked_timestamp,
+        False,
+    ),
+    (
+        "zoscii_group_oldest_unacked_age_seconds",
+        "Age of the oldest message the group has not acked (absent when none is left).",
+        lambda g: g.oldest_unacked_age_seconds,
+        False,
+    ),
+)
+
+
+def _group_metrics(snapshot: Snapshot) -> Iterator[Metric]:
+    labels = ["queue", "group"]
+    readable = [g for g in snapshot.groups if not g.error]
+    for name, help_text, value_of, counter in _CONSUMER_GROUP_METRICS:
+        family_type = CounterMetricFamily if counter else GaugeMetricFamily
+        family = family_type(name, f"Per consumer group: {help_text}", labels=labels)
+        for group in readable:
+            value = value_of(group)
+            if value is not None:
+                family.add_metric([group.queue, group.group], value)
+        yield family
+    valid = GaugeMetricFamily(
+        "zoscii_group_state_valid",
+        "1 if the consumer group's state could be read, 0 if not (its figures are absent).",
+        labels=labels,
+    )
+    for group in snapshot.groups:
+        valid.add_metric([group.queue, group.group], 0.0 if group.error else 1.0)
+    yield valid
+    yield GaugeMetricFamily(
+        "zoscii_consumer_groups", "Consumer groups of existing queues.", value=len(snapshot.groups)
+    )

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from zoscii_statissa.consumer_groups import read_groups
 from zoscii_statissa.model import Snapshot, build_snapshot
 from zoscii_statissa.pointers import read_pointers
 from zoscii_statissa.scan import GroupKey, Partial
@@ -23,18 +24,23 @@ def compute_snapshot(scanner: Scanner, data_dir: DataDir, now: float) -> Snapsho
     started = time.monotonic()
     partials = scanner(data_dir, now)
     states = read_pointers(data_dir, now)
+    queues = sorted(data_dir.iter_queue_names())
+    groups = read_groups(data_dir, queues, now)  # on the driver: see consumer_groups.py
     snapshot = build_snapshot(
         partials,
-        data_dir.iter_queue_names(),
+        queues,
         states,
+        groups=groups,
         now=now,
         duration_seconds=time.monotonic() - started,
         data_dir=str(data_dir.root),
     )
     log.info(
-        "statistics computed in %.2fs: %d queues, %d queue messages, %d store messages",
+        "statistics computed in %.2fs: %d queues, %d consumer groups, %d queue messages, "
+        "%d store messages",
         snapshot.duration_seconds,
         len(snapshot.queues),
+        len(snapshot.groups),
         sum(q.messages for q in snapshot.queues),
         snapshot.store.messages,
     )

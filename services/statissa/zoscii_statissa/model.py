@@ -48,6 +48,24 @@ class PointerStats:
 
 
 @dataclass(frozen=True)
+class ConsumerGroupStats:
+    """One consumer group of one queue (``zosciimq.core.groups``)."""
+
+    queue: str
+    group: str
+    waiting: int = 0  # not delivered yet, or back for another delivery
+    leased: int = 0  # delivered, lease running
+    acked: int = 0  # totals since the group began
+    redelivered: int = 0
+    dead_lettered: int = 0
+    oldest_unacked: str | None = None  # the name of the oldest message not acked
+    oldest_unacked_timestamp: int | None = None  # its name time, Unix seconds
+    oldest_unacked_age_seconds: float | None = None
+    dead_letter_queue: str = ""  # where its dead letters go
+    error: str = ""  # why its state could not be read ("" when it could)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     generated_at: float  # the "now" every age is measured from, Unix seconds
     duration_seconds: float
@@ -55,6 +73,7 @@ class Snapshot:
     queues: tuple[GroupStats, ...]
     store: GroupStats
     states: tuple[PointerStats, ...] = field(default=())
+    groups: tuple[ConsumerGroupStats, ...] = field(default=())
 
     @property
     def total_bytes(self) -> int:
@@ -81,6 +100,10 @@ class Snapshot:
             "queues": [_group_dict(q) for q in self.queues],
             "store": _group_dict(self.store),
             "replikate_states": [asdict(s) for s in self.states],
+            "consumer_groups": [
+                {**asdict(g), "oldest_unacked_iso": iso(g.oldest_unacked_timestamp)}
+                for g in self.groups
+            ],
         }
 
 
@@ -105,6 +128,7 @@ def build_snapshot(
     queue_names: Iterable[str],
     states: Iterable[PointerStats],
     *,
+    groups: Iterable[ConsumerGroupStats] = (),
     now: float,
     duration_seconds: float,
     data_dir: str,
@@ -121,6 +145,7 @@ def build_snapshot(
         queues=tuple(_group(name, p, now, total) for name, p in raw.items()),
         store=_group(STORE, store_raw, now, total),
         states=tuple(states),
+        groups=tuple(groups),
     )
 
 

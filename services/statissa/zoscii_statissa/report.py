@@ -115,6 +115,32 @@ TEMPLATE = """\
 </section>
 
 <section>
+<h2>Consumer groups</h2>
+{% if snapshot.groups %}
+<table>
+<thead><tr>
+  <th class="name">Queue</th><th class="name">Group</th><th>Waiting</th><th>Leased</th>
+  <th>Acked</th><th>Redelivered</th><th>Dead-lettered</th><th>Oldest unacked age</th>
+</tr></thead>
+<tbody>
+{% for g in snapshot.groups %}
+<tr>
+  <td class="name">{{ g.queue }}</td><td class="name">{{ g.group }}</td>
+  {% if g.error %}<td class="name warn" colspan="6">unreadable: {{ g.error }}</td>
+  {% else %}<td>{{ num(g.waiting) }}</td><td>{{ num(g.leased) }}</td>
+  <td>{{ num(g.acked) }}</td><td>{{ num(g.redelivered) }}</td>
+  <td{% if g.dead_lettered %} class="warn" title="in {{ g.dead_letter_queue }}"{% endif %}>
+    {{ num(g.dead_lettered) }}</td>
+  <td{% if g.oldest_unacked %} title="{{ g.oldest_unacked }}"{% endif %}>
+    {{ age(g.oldest_unacked_age_seconds) }}</td>{% endif %}
+</tr>
+{% endfor %}
+</tbody>
+</table>
+{% else %}<p class="muted" style="padding:0 16px">No consumer groups.</p>{% endif %}
+</section>
+
+<section>
 <h2>Data store</h2>
 <table>
 <thead><tr>

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zosciimq.access import AccessControl, load_access_control
 from zosciimq.service.logs import log_settings
 from zosciimq.settings import CoreSettings, SettingsError, env_field, env_list, read_env
 
@@ -28,6 +29,14 @@ class Settings:
     host: str = env_field("ZOSCII_STATISSA_HOST", "0.0.0.0")
     port: int = env_field("ZOSCII_STATISSA_PORT", 9103, minimum=1, maximum=65535)
     interval_seconds: int = env_field("ZOSCII_STATISSA_INTERVAL_SECONDS", 300, minimum=1)
+    # gunicorn, one gthread worker (Spark and the figures live in it): its request threads,
+    # the heartbeat timeout after which the master replaces a stuck worker, and how long
+    # a stopping worker lets requests finish
+    threads: int = env_field("ZOSCII_STATISSA_THREADS", 4, minimum=2, maximum=64)
+    timeout_seconds: int = env_field("ZOSCII_STATISSA_TIMEOUT_SECONDS", 60, minimum=5)
+    graceful_timeout_seconds: int = env_field(
+        "ZOSCII_STATISSA_GRACEFUL_TIMEOUT_SECONDS", 20, minimum=1
+    )
     spark_master: str = env_field("ZOSCII_SPARK_MASTER", "local[*]")
     spark_driver_memory: str = env_field("ZOSCII_SPARK_DRIVER_MEMORY", "1g")
     # Spark's scratch space; the image's root file system is read-only, /tmp is not
@@ -35,6 +44,8 @@ class Settings:
     spark_conf: tuple[tuple[str, str], ...] = env_field("ZOSCII_SPARK_CONF", (), parse=_spark_conf)
     # (level, format) from ZOSCII_LOG_LEVEL and ZOSCII_LOG_FORMAT, as every service
     log: tuple[str, str] = field(default_factory=lambda: log_settings({}))
+    # clients from ZOSCII_AUTH_FILE / ZOSCII_AUTH_CLIENTS, as the api: none, access is open
+    access: AccessControl = field(default_factory=lambda: AccessControl([]))
 
     @property
     def data_dir(self) -> Path:
@@ -47,4 +58,10 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        return read_env(cls, env, core=CoreSettings.from_env(env), log=log_settings(env))
+        return read_env(
+            cls,
+            env,
+            core=CoreSettings.from_env(env),
+            log=log_settings(env),
+            access=load_access_control(env),
+        )

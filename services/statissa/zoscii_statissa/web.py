@@ -3,10 +3,17 @@
 
 The page and JSON are a small Flask app mounted into the ops app; POST /refresh is
 dispatched to it before the ops app, which answers 405 to anything but GET and HEAD.
+
+With access control on (the api's clients, ``zosciimq.access``), the page, /stats.json
+and /refresh need the right ``statistics``: they name every queue and group. /healthz
+and /metrics stay open, for orchestrators and Prometheus, which carry no credentials
+(put the port behind a network boundary when queue names in metrics are a secret).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Iterable
 from functools import partial
@@ -18,11 +25,16 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from zoscii_statissa.collector import StatissaCollector
 from zoscii_statissa.report import ReportPage
 from zoscii_statissa.snapshots import SnapshotKeeper
+from zosciimq.access import AccessControl, Forbidden, Unauthenticated
 from zosciimq.core.layout import DataDir
 from zosciimq.service import Health
 from zosciimq.service.ops import StartResponse, WsgiApp, ops_app
 
+log = logging.getLogger(__name__)
+
 REFRESH = "/refresh"  # the one route that is not GET
+STATISTICS = "statistics"  # the right the page, /stats.json and /refresh need
+PROTECTED = frozenset({"/", "/stats.json", REFRESH})
 
 
 def build_registry(keeper: SnapshotKeeper) -> CollectorRegistry:
@@ -32,9 +44,11 @@ def build_registry(keeper: SnapshotKeeper) -> CollectorRegistry:
     return registry
 
 
-def create_app(keeper: SnapshotKeeper, data_dir: DataDir) -> WsgiApp:
+def create_app(
+    keeper: SnapshotKeeper, data_dir: DataDir, access: AccessControl | None = None
+) -> WsgiApp:
     """Everything statissa serves, as one WSGI app."""
-    pages = create_pages(keeper)
+    pages = guarded(create_pages(keeper), access or AccessControl([]))
     ops = ops_app(
         partial(health, keeper, data_dir),
         build_registry(keeper),
@@ -90,3 +104,38 @@ def create_pages(keeper: SnapshotKeeper) -> Flask:
         return jsonify({**snapshot.to_dict(), "last_run": keeper.status.to_dict()}), 200
 
     return app
+
+
+def guarded(app: WsgiApp, access: AccessControl) -> WsgiApp:
+    """``app`` behind the right ``statistics`` when access control is on (else as is)."""
+    if not access.enabled:
+        return app
+
+    def check(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        try:
+            client = access.authenticate(environ.get("HTTP_AUTHORIZATION"))
+            access.authorize(client, STATISTICS)
+        except Unauthenticated as exc:
+            return _deny(start_response, "401 Unauthorized", str(exc), challenge=True)
+        except Forbidden as exc:
+            log.info("client %s refused %s", client.name if client else "-", exc)
+            return _deny(start_response, "403 Forbidden", str(exc))
+        # A browser holding Basic credentials would send them with a form another site
+        # posts here; the browser says so (Fetch Metadata), so that one is refused.
+        if environ.get("HTTP_SEC_FETCH_SITE") == "cross-site":
+            return _deny(start_response, "403 Forbidden", "Cross-site request refused.")
+        return app(environ, start_response)
+
+    return check
+
+
+def _deny(
+    start_response: StartResponse, status: str, message: str, *, challenge: bool = False
+) -> list[bytes]:
+    body = (json.dumps({"error": message}) + "\n").encode()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    if challenge:  # a browser asks for the token (as the password) and sends it as Basic
+        headers.append(("WWW-Authenticate", 'Basic realm="zoscii statissa", charset="UTF-8"'))
+        headers.append(("WWW-Authenticate", 'Bearer realm="zoscii statissa"'))
+    start_response(status, headers)
+    return [body]

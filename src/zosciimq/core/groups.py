@@ -15,7 +15,9 @@ only what others appended since. A line about an ack, a requeue or a dead letter
 flushed before the answer: an ack that was answered is never lost. A delivery is
 written before it is answered but not flushed: after a power loss it may be delivered
 again, which leases allow anyway (at least once). The log is rewritten as a snapshot
-when it has grown well past the state it describes.
+when it has grown well past the state it describes. Services keep it tidy and observe it
+through this module only: claireup with ``forget`` (the state of a vanished queue) and
+``tidy`` (the history of deleted messages), statissa with ``stats(lock=False)``.
 
 Receipts (``<name>:<token>``) fence the work: only the holder of the current delivery
 of a message can ack, requeue or dead-letter it; a receipt whose lease went to another
@@ -24,6 +26,7 @@ consumer is refused (``Fenced``), never applied to the new delivery.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -39,9 +42,9 @@ from typing import BinaryIO
 
 from zosciimq.core.durable import ensure_dir, raise_if_full
 from zosciimq.core.errors import InvalidInput, QueueNotFound
-from zosciimq.core.layout import DataDir, leftover_path
+from zosciimq.core.layout import LEFTOVER_PREFIX, LEFTOVER_SUFFIX, DataDir, leftover_path
 from zosciimq.core.locking import FileLock
-from zosciimq.core.names import MAX_TOKEN_LENGTH, clean_queue
+from zosciimq.core.names import MAX_TOKEN_LENGTH, clean_queue, is_queue_name, parse_name
 from zosciimq.core.queues import Outgoing, QueueStore
 from zosciimq.core.upload import Upload
 from zosciimq.errors import Fenced
@@ -52,6 +55,7 @@ DEFAULT_MAX_DELIVERIES = 5
 DEAD_SUFFIX = "--dead"
 RECENT_ACKS = 10_000  # receipts remembered so a repeated ack is answered as the first one
 COMPACT_AFTER_LINES = 20_000
+_HEAD = 64  # bytes of the first line kept to recognise the log file (see _State.head)
 _CONSUMER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -102,6 +106,31 @@ class GroupStats:
 
 
 @dataclass
+class Tidied:
+    """What ``tidy`` did to a group's log (with ``dry_run``: would do)."""
+
+    compacted: bool = False
+    waiting_dropped: int = 0  # waiting entries of gone messages
+    acks_dropped: int = 0  # remembered acks of gone messages
+    lines_dropped: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    leftovers: list[tuple[str, int]] = field(default_factory=list)  # (path, bytes) deleted
+
+
+@dataclass
+class _Stale:
+    waiting: list[str]
+    acks: list[str]
+    lines: int  # log lines about gone messages that are not open
+    size: int  # the log's bytes
+
+    @property
+    def worth_it(self) -> bool:
+        return bool(self.waiting or self.acks or self.lines)
+
+
+@dataclass
 class _State:
     frontier: str = ""  # the highest name ever delivered: everything after is new
     open: dict[str, _Open] = field(default_factory=dict)
@@ -112,6 +141,9 @@ class _State:
     ino: int = 0
     offset: int = 0
     lines: int = 0
+    # The log's first line as read: with ``ino`` it tells this file from a later one
+    # that got the same inode number (a log rewritten or deleted and made anew).
+    head: bytes = b""
 
     def reset(self, ino: int = 0) -> None:
         """Forget everything: the log is read again from its start."""
@@ -275,23 +307,42 @@ class ConsumerGroups:
             writer.flush(sync=True)
             return entry.lease_until
 
-    def stats(self, queue: str, group: str) -> GroupStats:
-        with self._locked(queue, group, write=False) as (state, _):
-            now = self.clock()
-            leased = sum(1 for e in state.open.values() if e.token and e.lease_until > now)
-            new = self.queues.count_after(queue, state.frontier)
-            oldest = min(state.open, default=None)
-            if oldest is None:
-                first = self.queues.names_after(queue, state.frontier, 1)
-                oldest = first[0] if first else None
-            return GroupStats(
-                waiting=len(state.open) - leased + new,
-                leased=leased,
-                acked=state.acked,
-                redelivered=state.redelivered,
-                dead_lettered=state.dead,
-                oldest_unacked=oldest,
-            )
+    def stats(self, queue: str, group: str, *, lock: bool = True) -> GroupStats:
+        """The group's figures. ``lock=False`` is for observers (statissa): the log is
+        read without the group lock and nothing is written (no lock file, no repair, no
+        compaction), so it works on a read-only mount and never delays a consumer; a
+        line being appended at that moment is simply not counted yet."""
+        if lock:
+            with self._locked(queue, group, write=False) as (state, _):
+                return self._figures(queue, state)
+        queue, state = self._read_only(queue, group)
+        return self._figures(queue, state)
+
+    def _figures(self, queue: str, state: _State) -> GroupStats:
+        now = self.clock()
+        leased = sum(1 for e in state.open.values() if e.token and e.lease_until > now)
+        new = self.queues.count_after(queue, state.frontier)
+        oldest = min(state.open, default=None)
+        if oldest is None:
+            first = self.queues.names_after(queue, state.frontier, 1)
+            oldest = first[0] if first else None
+        return GroupStats(
+            waiting=len(state.open) - leased + new,
+            leased=leased,
+            acked=state.acked,
+            redelivered=state.redelivered,
+            dead_lettered=state.dead,
+            oldest_unacked=oldest,
+        )
+
+    def _read_only(self, queue: str, group: str) -> tuple[str, _State]:
+        """The group's state read from its log now, lock-free and writing nothing."""
+        queue, group = clean_queue(queue), clean_group(group)
+        if not os.path.isdir(self.data_dir.queue_dir(queue)):
+            raise QueueNotFound(f"Queue '{queue}' not found.")
+        state = _State()
+        _replay(str(self.data_dir.group_log_path(queue, group)), state, repair=False)
+        return queue, state
 
     def groups_of(self, queue: str) -> list[str]:
         try:
@@ -302,6 +353,145 @@ class ConsumerGroups:
             )
         except FileNotFoundError:
             return []
+
+    # --- upkeep (claireup) ------------------------------------------------------------------
+    def queues_with_groups(self) -> list[str]:
+        """Every queue name that has a directory of group state, existing or not."""
+        try:
+            entries = os.scandir(self.data_dir.groups)
+        except FileNotFoundError:
+            return []
+        with entries:
+            return sorted(
+                e.name for e in entries if e.is_dir(follow_symlinks=False) and is_queue_name(e.name)
+            )
+
+    def tidy(self, queue: str, group: str, *, dry_run: bool = False) -> Tidied:
+        """Rewrite the log of a live group without what only concerns messages that are
+        gone from the queue (deleted by retention), so it does not keep their history.
+
+        Dropped: lines about such messages that are not open any more (acked, dead-
+        lettered, given up), the remembered acks of such messages (a retried ack of a
+        message that no longer exists then answers "unknown" instead of "ok": it can
+        never be delivered again either way, it lies behind the frontier), and entries
+        waiting for a redelivery of such a message (what ``consume`` would drop with a
+        "G" line). Kept: every lease, expired or not, whatever its message (its holder
+        may still ack it), and every count. Under the group lock, as every operation,
+        then written with the same atomic rewrite as the automatic compaction; crash
+        leftovers of earlier rewrites are deleted too (under the lock none can be in
+        progress). ``dry_run``: the same figures, read lock-free, nothing written.
+        """
+        queue, group = clean_queue(queue), clean_group(group)
+        path = str(self.data_dir.group_log_path(queue, group))
+        if dry_run:
+            queue, state = self._read_only(queue, group)
+            plan = self._stale(queue, path, state)
+            return Tidied(
+                compacted=plan.worth_it,
+                waiting_dropped=len(plan.waiting),
+                acks_dropped=len(plan.acks),
+                lines_dropped=plan.lines,
+                bytes_before=plan.size,
+                leftovers=_leftovers(path),
+            )
+        with self._locked(queue, group, write=False) as (state, _):
+            leftovers = _leftovers(path)
+            for leftover, _size in leftovers:
+                os.unlink(leftover)
+            plan = self._stale(queue, path, state)
+            if not plan.worth_it:
+                return Tidied(bytes_before=plan.size, bytes_after=plan.size, leftovers=leftovers)
+            for name in plan.waiting:
+                del state.open[name]
+            for receipt in plan.acks:
+                del state.recent[receipt]
+            lines_before = state.lines
+            _compact(path, state)  # on an error, _locked has the log read anew
+            log.info("%s/%s: group log compacted (%d lines dropped)", queue, group, plan.lines)
+            return Tidied(
+                compacted=True,
+                waiting_dropped=len(plan.waiting),
+                acks_dropped=len(plan.acks),
+                lines_dropped=lines_before - state.lines,
+                bytes_before=plan.size,
+                bytes_after=state.offset,
+                leftovers=leftovers,
+            )
+
+    def forget(self, queue: str, group: str, *, dry_run: bool = False) -> list[tuple[str, int]]:
+        """Delete the log (and rewrite leftovers) of a group whose queue no longer exists:
+        the (path, bytes) deleted, or that would be with ``dry_run``; [] and nothing
+        touched while the queue exists.
+
+        Decided under the group lock: an operation takes it only after seeing the queue
+        directory, so one that waits meanwhile finds no log and starts the group afresh,
+        as it should for a queue made anew. The lock file stays: every process keeps its
+        descriptor open (``locking.py``), so a new file at that path would be a second,
+        independent lock."""
+        queue, group = clean_queue(queue), clean_group(group)
+        path = str(self.data_dir.group_log_path(queue, group))
+        if os.path.isdir(self.data_dir.queue_dir(queue)):
+            return []
+        if dry_run:
+            return _files_of(path)
+        with FileLock(self.data_dir.group_lock_path(queue, group)):
+            if os.path.isdir(self.data_dir.queue_dir(queue)):
+                return []
+            found = _files_of(path)
+            for name, _size in found:
+                os.unlink(name)
+            with self._mutex:
+                self._states.pop((queue, group), None)
+        return found
+
+    def drop_queue_dir(self, queue: str) -> bool:
+        """Remove the empty state directory of a queue that no longer exists (True when
+        removed). A writer that loses the race makes it again (``_LogWriter.flush``)."""
+        queue = clean_queue(queue)
+        if os.path.isdir(self.data_dir.queue_dir(queue)):
+            return False
+        try:
+            os.rmdir(self.data_dir.groups / queue)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False  # state of a group made since, or a file not ours: kept
+            raise
+        return True
+
+    def _stale(self, queue: str, path: str, state: _State) -> _Stale:
+        """What of the log (read up to ``state.offset``) concerns only gone messages."""
+        directory = self.data_dir.queue_dir(queue)
+        gone: dict[str, bool] = {}
+
+        def is_gone(name: str) -> bool:
+            found = gone.get(name)
+            if found is None:
+                found = gone[name] = _is_message_name(name) and not os.path.lexists(
+                    os.path.join(directory, name)
+                )
+            return found
+
+        waiting = [n for n, e in state.open.items() if not e.token and is_gone(n)]
+        acks = [r for r in state.recent if is_gone(r.partition(":")[0])]
+        still_open = state.open.keys() - set(waiting)
+        lines = 0
+        size = 0
+        try:
+            with open(path, "rb") as file:
+                data = file.read(state.offset)
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            data = b""
+        for raw in data.split(b"\n")[:-1]:
+            fields = raw.decode("ascii", "replace").split(" ")
+            if len(fields) < 3 or fields[0] == "S":
+                continue
+            name = fields[1].partition(":")[0] if fields[0] == "K" else fields[1]
+            if name not in still_open and is_gone(name):
+                lines += 1
+        return _Stale(waiting, acks, lines, size)
 
     # --- choosing and leasing ----------------------------------------------------------------
     def _candidates(
@@ -474,8 +664,15 @@ class _LogWriter:
             return
         data = "".join(self.pending).encode("ascii")
         self.pending.clear()
-        ensure_dir(os.path.dirname(self.path))
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        for attempt in range(3):
+            ensure_dir(os.path.dirname(self.path))
+            try:
+                fd = os.open(self.path, flags, 0o644)
+                break
+            except FileNotFoundError:  # a cleaner removed the empty directory meanwhile
+                if attempt == 2:
+                    raise
         try:
             os.write(fd, data)
             if sync:
@@ -492,8 +689,9 @@ class _LogWriter:
         self.pending.clear()
 
 
-def _replay(path: str, state: _State) -> None:
-    """Bring ``state`` up to the end of the log (group lock held)."""
+def _replay(path: str, state: _State, *, repair: bool = True) -> None:
+    """Bring ``state`` up to the end of the log (group lock held). ``repair=False``
+    (an observer without the lock): a torn or unfinished last line is left as it is."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -501,7 +699,11 @@ def _replay(path: str, state: _State) -> None:
         return
     try:
         stat = os.fstat(fd)
-        if stat.st_ino != state.ino or stat.st_size < state.offset:
+        if (
+            stat.st_ino != state.ino
+            or stat.st_size < state.offset
+            or (state.offset and os.pread(fd, len(state.head), 0) != state.head)
+        ):
             state.reset(stat.st_ino)
         data = b""
         while chunk := os.pread(fd, 1 << 20, state.offset + len(data)):
@@ -515,10 +717,12 @@ def _replay(path: str, state: _State) -> None:
             log.warning("%s: a torn line at %d; the rest is ignored", path, state.offset + good)
             break
         _apply(state, text.split(" "))
+        if not state.offset and not good:
+            state.head = raw[:_HEAD]
         good += len(raw) + 1
         state.lines += 1
     state.offset += good
-    if good != len(data):  # cut the torn tail, so the next line starts clean
+    if good != len(data) and repair:  # cut the torn tail, so the next line starts clean
         os.truncate(path, state.offset)
 
 
@@ -589,6 +793,43 @@ def _compact(path: str, state: _State) -> None:
         os.fdatasync(out.fileno())
     os.replace(tmp, path)
     state.ino, state.offset, state.lines = os.stat(path).st_ino, len(data), len(lines)
+    state.head = data[: min(data.index(b"\n"), _HEAD)]
+
+
+def _leftovers(path: str) -> list[tuple[str, int]]:
+    """(path, bytes) of what crashed rewrites of the log at ``path`` left beside it."""
+    directory, base = os.path.split(path)
+    prefix = f"{LEFTOVER_PREFIX}{base}."
+    found = []
+    try:
+        entries = os.scandir(directory)
+    except FileNotFoundError:
+        return []
+    with entries:
+        for entry in entries:
+            if entry.name.startswith(prefix) and entry.name.endswith(LEFTOVER_SUFFIX):
+                try:
+                    found.append((entry.path, entry.stat(follow_symlinks=False).st_size))
+                except FileNotFoundError:
+                    continue
+    return found
+
+
+def _files_of(path: str) -> list[tuple[str, int]]:
+    """The log at ``path`` and its leftovers, as (path, bytes)."""
+    try:
+        files = [(path, os.lstat(path).st_size)]
+    except FileNotFoundError:
+        files = []
+    return files + _leftovers(path)
+
+
+def _is_message_name(name: str) -> bool:
+    try:
+        parse_name(name)
+    except InvalidInput:
+        return False
+    return True
 
 
 def _why_not(entry: _Open | None) -> str:
