@@ -70,6 +70,23 @@ def test_a_batch_carries_a_receipt_per_part_and_acks_together(client) -> None:
     assert [r["result"] for r in acked["result"]] == ["ok", "ok", "fenced", "ok"]
 
 
+def test_a_retried_requeue_answers_ok_and_a_list_of_one_gets_its_outcome(client) -> None:
+    """A worker whose reply was lost retries its requeue: ok again, not 409 (it did
+    happen). ``receipts`` always answers with outcomes, even a list of one."""
+    publish(client, b"x")
+    receipt = consume(client).headers["X-ZOSCII-Receipt"]
+    assert work(client, "requeue", receipt).status_code == 200
+    assert work(client, "requeue", receipt).status_code == 200
+    as_list = client.post(
+        "/",
+        data={"action": "ack", "q": "jobs", "group": "workers", "receipts": json.dumps([receipt])},
+    )
+    assert as_list.status_code == 200
+    assert [r["result"] for r in body(as_list)["result"]] == ["fenced"]  # requeued, not acked
+    assert work(client, "ack", receipt).status_code == 409
+    assert consume(client).headers["X-ZOSCII-Deliveries"] == "2"  # requeued once, not twice
+
+
 def test_a_stale_receipt_is_refused_with_409(client) -> None:
     publish(client, b"x")
     receipt = consume(client, lease="1").headers["X-ZOSCII-Receipt"]

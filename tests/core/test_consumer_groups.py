@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from zosciimq.core import DataDir, QueueStore, Upload
+from zosciimq.core import groups as groups_module
 from zosciimq.core.groups import ConsumerGroups, dead_letter_queue
 from zosciimq.core.queues import Outgoing
 
@@ -141,6 +142,44 @@ def test_worn_out_and_expired_messages_go_to_the_dead_letters_by_themselves(
     assert dead == [b"crashes everyone", b"stale"]
 
 
+def test_a_retried_settlement_answers_as_the_first_and_is_not_applied_twice(
+    data_dir, queues, groups, lease_clock, monkeypatch
+) -> None:
+    """A client whose reply was lost retries: the same requeue, dead letter or ack answers
+    ok again, also from a new process and after compaction, but a receipt settled one way
+    is not ``ok`` for another (an ack of a requeued receipt did not happen)."""
+    put(data_dir, queues, "q", b"1", b"2", b"3")
+    (one, two, three), _ = take(groups, count=3)
+    assert groups.requeue("q", "g", [one.receipt])[0].result == "ok"
+    assert groups.dead_letter("q", "g", [two.receipt])[0].result == "ok"
+    assert groups.ack("q", "g", [three.receipt])[0].result == "ok"
+
+    def retried(current: ConsumerGroups) -> list[str]:
+        return [
+            current.requeue("q", "g", [one.receipt])[0].result,
+            current.dead_letter("q", "g", [two.receipt])[0].result,
+            current.ack("q", "g", [three.receipt])[0].result,
+            current.ack("q", "g", [one.receipt])[0].result,
+            current.requeue("q", "g", [two.receipt])[0].result,
+        ]
+
+    assert retried(groups) == ["ok", "ok", "ok", "fenced", "unknown"]
+    fresh = ConsumerGroups(data_dir, queues, clock=lease_clock, max_deliveries=3)
+    assert retried(fresh) == ["ok", "ok", "ok", "fenced", "unknown"]
+    stats = fresh.stats("q", "g")
+    assert (stats.acked, stats.dead_lettered, stats.waiting) == (1, 1, 1), "applied twice"
+    assert len(queues.names_after(dead_letter_queue("q", "g"), "", 10)) == 1
+
+    monkeypatch.setattr(groups_module, "COMPACT_AFTER_LINES", 1)
+    (again,), _ = take(fresh)  # leased again; more lines than twice the state: compacted
+    for _ in range(6):
+        fresh.extend("q", "g", again.receipt, 30)
+    assert data_dir.group_log_path("q", "g").read_text().startswith("S ")
+    compacted = ConsumerGroups(data_dir, queues, clock=lease_clock, max_deliveries=3)
+    assert retried(compacted) == ["ok", "ok", "ok", "fenced", "unknown"]
+    assert compacted.stats("q", "g").leased == 1
+
+
 def test_state_survives_a_new_process_and_a_torn_last_line(data_dir, queues, groups, lease_clock):
     put(data_dir, queues, "q", b"1", b"2", b"3")
     (one, two), _ = take(groups, count=2)
@@ -155,8 +194,6 @@ def test_state_survives_a_new_process_and_a_torn_last_line(data_dir, queues, gro
 
 
 def test_a_long_log_is_compacted_to_its_state(data_dir, queues, lease_clock, monkeypatch) -> None:
-    from zosciimq.core import groups as groups_module
-
     monkeypatch.setattr(groups_module, "COMPACT_AFTER_LINES", 50)
     monkeypatch.setattr(groups_module, "RECENT_ACKS", 10)
     groups = ConsumerGroups(data_dir, queues, clock=lease_clock)

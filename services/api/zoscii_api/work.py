@@ -9,8 +9,9 @@ A queue can be read by pointer (fetch) and by consumer groups at once; see
   TTL, ``X-ZOSCII-TTL``; with ``count``, a ``multipart/mixed`` batch whose parts carry
   the same headers. Nothing to deliver: the envelope, 200.
 * ``ack``, ``requeue`` (delay, ttl), ``deadletter``: ``receipt`` (one) or ``receipts``
-  (a JSON list). One receipt that no longer holds its message: 409; several: 200 with
-  each one's outcome in ``result``.
+  (a JSON list). A ``receipt`` that no longer holds its message: 409; ``receipts``
+  (even a list of one): 200 with each one's outcome in ``result``. A retry of a
+  settlement that succeeded (its reply lost) answers as the first one did.
 * ``extend``: receipt, lease: more time for long work.
 """
 
@@ -80,30 +81,34 @@ class WorkActions:
 
     def ack(self, request: Request, params: RequestParams) -> Response:
         queue, group = _queue_and_group(params)
-        return _outcomes(self.groups.ack(queue, group, _receipts(params)), "acked")
+        receipts, many = _receipts(params)
+        return _outcomes(self.groups.ack(queue, group, receipts), "acked", many=many)
 
     def requeue(self, request: Request, params: RequestParams) -> Response:
         queue, group = _queue_and_group(params)
         delay = _number(params.text("delay"), "delay")
         ttl = params.text("ttl")
+        receipts, many = _receipts(params)
         outcomes = self.groups.requeue(
             queue,
             group,
-            _receipts(params),
+            receipts,
             delay=delay,
             ttl=None if ttl in (None, "") else _number(ttl, "ttl"),
         )
         if any(o.result == "ok" for o in outcomes):
             self.watcher.notify(queue)
-        return _outcomes(outcomes, "requeued")
+        return _outcomes(outcomes, "requeued", many=many)
 
     def deadletter(self, request: Request, params: RequestParams) -> Response:
         queue, group = _queue_and_group(params)
-        return _outcomes(self.groups.dead_letter(queue, group, _receipts(params)), "dead-lettered")
+        receipts, many = _receipts(params)
+        outcomes = self.groups.dead_letter(queue, group, receipts)
+        return _outcomes(outcomes, "dead-lettered", many=many)
 
     def extend(self, request: Request, params: RequestParams) -> Response:
         queue, group = _queue_and_group(params)
-        (receipt,) = _receipts(params)[:1] or [""]
+        receipt = _receipts(params)[0][0]
         lease = _number(params.text("lease"), "lease") or self.settings.lease_seconds
         if not 0 < lease <= self.settings.max_lease_seconds:
             raise InvalidInput(f"lease must be 1 to {self.settings.max_lease_seconds} seconds.")
@@ -115,12 +120,13 @@ def _queue_and_group(params: RequestParams) -> tuple[str, str]:
     return clean_queue(params.text("q") or ""), clean_group(params.text("group"))
 
 
-def _receipts(params: RequestParams) -> list[str]:
+def _receipts(params: RequestParams) -> tuple[list[str], bool]:
+    """The receipts, and whether they came as a list (answered with outcomes, not 409)."""
     one, many = params.text("receipt"), params.text("receipts")
     if one and many:
         raise InvalidInput("Give 'receipt' or 'receipts', not both.")
     if one:
-        return [one]
+        return [one], False
     if not many:
         raise InvalidInput("Missing receipt (receipt, or receipts as a JSON list).")
     try:
@@ -131,11 +137,11 @@ def _receipts(params: RequestParams) -> list[str]:
         raise InvalidInput("Parameter 'receipts' must be a JSON list of strings.")
     if not receipts or len(receipts) > MAX_RECEIPTS:
         raise InvalidInput(f"Give 1 to {MAX_RECEIPTS} receipts.")
-    return receipts
+    return receipts, True
 
 
-def _outcomes(outcomes: list[Outcome], done: str) -> Response:
-    if len(outcomes) == 1 and outcomes[0].result != "ok":
+def _outcomes(outcomes: list[Outcome], done: str, *, many: bool) -> Response:
+    if not many and outcomes[0].result != "ok":
         raise Fenced(
             f"Receipt does not hold {outcomes[0].name or 'its message'} any more "
             f"({outcomes[0].result}: acked, requeued, dead-lettered or leased again)."

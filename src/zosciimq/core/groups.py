@@ -53,7 +53,8 @@ log = logging.getLogger("zosciimq.core.groups")
 
 DEFAULT_MAX_DELIVERIES = 5
 DEAD_SUFFIX = "--dead"
-RECENT_ACKS = 10_000  # receipts remembered so a repeated ack is answered as the first one
+RECENT_ACKS = 10_000  # settled receipts remembered: a retried ack, requeue or dead letter
+# (its reply lost) is answered as the first one, never applied twice
 COMPACT_AFTER_LINES = 20_000
 _HEAD = 64  # bytes of the first line kept to recognise the log file (see _State.head)
 _CONSUMER = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -137,7 +138,8 @@ class _State:
     acked: int = 0
     redelivered: int = 0
     dead: int = 0
-    recent: OrderedDict[str, None] = field(default_factory=OrderedDict)  # acked receipts
+    # settled receipts -> how: "A" acked, "Q" requeued, "X" dead-lettered
+    recent: OrderedDict[str, str] = field(default_factory=OrderedDict)
     ino: int = 0
     offset: int = 0
     lines: int = 0
@@ -149,8 +151,8 @@ class _State:
         """Forget everything: the log is read again from its start."""
         self.__init__(ino=ino)  # type: ignore[misc]
 
-    def remember_ack(self, receipt: str) -> None:
-        self.recent[receipt] = None
+    def remember(self, receipt: str, how: str = "A") -> None:
+        self.recent[receipt] = how
         while len(self.recent) > RECENT_ACKS:
             self.recent.popitem(last=False)
 
@@ -230,10 +232,10 @@ class ConsumerGroups:
                 if entry is not None and entry.token == token:
                     del state.open[name]
                     state.acked += 1
-                    state.remember_ack(receipt)
+                    state.remember(receipt, "A")
                     writer.line("A", name, token)
                     outcomes.append(Outcome(receipt, "ok", name))
-                elif receipt in state.recent:
+                elif state.recent.get(receipt) == "A":
                     outcomes.append(Outcome(receipt, "ok", name))
                 else:
                     outcomes.append(Outcome(receipt, _why_not(entry), name))
@@ -259,8 +261,9 @@ class ConsumerGroups:
                 name, token = parse_receipt(receipt)
                 entry = state.open.get(name)
                 if entry is None or entry.token != token:
-                    outcomes.append(Outcome(receipt, _why_not(entry), name))
+                    outcomes.append(_not_held(state, receipt, name, entry, "Q"))
                     continue
+                state.remember(receipt, "Q")
                 entry.token, entry.lease_until = "", 0.0
                 entry.available_at = now + max(0.0, delay)
                 entry.behind = behind
@@ -288,9 +291,9 @@ class ConsumerGroups:
                 name, token = parse_receipt(receipt)
                 entry = state.open.get(name)
                 if entry is None or entry.token != token:
-                    outcomes.append(Outcome(receipt, _why_not(entry), name))
+                    outcomes.append(_not_held(state, receipt, name, entry, "X"))
                     continue
-                self._bury(queue, group, state, writer, name, reason)
+                self._bury(queue, group, state, writer, name, reason, token)
                 outcomes.append(Outcome(receipt, "ok", name))
             writer.flush(sync=True)
         return outcomes
@@ -584,7 +587,14 @@ class ConsumerGroups:
         )
 
     def _bury(
-        self, queue: str, group: str, state: _State, writer: _LogWriter, name: str, reason: str
+        self,
+        queue: str,
+        group: str,
+        state: _State,
+        writer: _LogWriter,
+        name: str,
+        reason: str,
+        token: str = "",
     ) -> None:
         """Copy the message into the dead letters (durably), then mark it done here."""
         target = dead_letter_queue(queue, group)
@@ -606,7 +616,11 @@ class ConsumerGroups:
             upload.discard()
         state.open.pop(name, None)
         state.dead += 1
-        writer.line("X", name, reason)
+        if token:  # a consumer's dead letter: a retry of it answers ok
+            state.remember(f"{name}:{token}", "X")
+            writer.line("X", name, reason, token)
+        else:
+            writer.line("X", name, reason)
         writer.must_sync = True
         log.info("%s/%s: %s dead-lettered into %s (%s)", queue, group, name, target, reason)
 
@@ -741,9 +755,10 @@ def _apply(state: _State, fields: list[str]) -> None:
     elif op == "A":
         state.open.pop(name, None)
         state.acked += 1
-        state.remember_ack(f"{name}:{fields[2]}")
+        state.remember(f"{name}:{fields[2]}", "A")
     elif op == "Q":
         entry = state.open.setdefault(name, _Open(name))
+        state.remember(f"{name}:{fields[2]}", "Q")
         entry.token, entry.lease_until = "", 0.0
         entry.available_at = int(fields[3]) / 1000
         entry.behind = "" if fields[4] == "-" else fields[4]
@@ -751,6 +766,8 @@ def _apply(state: _State, fields: list[str]) -> None:
     elif op == "X":
         state.open.pop(name, None)
         state.dead += 1
+        if len(fields) > 3:
+            state.remember(f"{name}:{fields[3]}", "X")
     elif op == "G":
         state.open.pop(name, None)
     elif op == "L":
@@ -770,8 +787,8 @@ def _apply(state: _State, fields: list[str]) -> None:
             behind="" if fields[6] == "-" else fields[6],
             expires_at=None if fields[7] == "-" else int(fields[7]) / 1000,
         )
-    elif op == "K":
-        state.remember_ack(name)
+    elif op == "K":  # "K receipt [how]": older logs remembered acks only
+        state.remember(name, fields[2] if len(fields) > 2 else "A")
 
 
 def _compact(path: str, state: _State) -> None:
@@ -783,7 +800,7 @@ def _compact(path: str, state: _State) -> None:
             f"{_ms(e.available_at)} {e.behind or '-'} {_ms_or(e.expires_at)}"
             for e in state.open.values()
         ),
-        *(f"K {receipt}" for receipt in state.recent),
+        *(f"K {receipt} {how}" for receipt, how in state.recent.items()),
     ]
     data = "".join(f"{t} {zlib.crc32(t.encode()):08x}\n" for t in lines).encode("ascii")
     tmp = leftover_path(path)
@@ -830,6 +847,14 @@ def _is_message_name(name: str) -> bool:
     except InvalidInput:
         return False
     return True
+
+
+def _not_held(state: _State, receipt: str, name: str, entry: _Open | None, how: str) -> Outcome:
+    """The outcome for a receipt that holds no lease: ``ok`` when it is a retry of the
+    same settlement (its reply was lost), else why not."""
+    if state.recent.get(receipt) == how:
+        return Outcome(receipt, "ok", name)
+    return Outcome(receipt, _why_not(entry), name)
 
 
 def _why_not(entry: _Open | None) -> str:
