@@ -9,7 +9,8 @@ Clients are declared in TOML (``ZOSCII_AUTH_FILE``, or the same text in
     username = "partner-a"             # optional: also accept HTTP Basic for old clients
     read = ["outbox_a"]                # queues it may fetch (fnmatch patterns)
     write = ["inbox_a"]                # queues it may publish to
-    actions = ["store", "retrieve"]    # store, retrieve, scan, identify, metrics, statistics
+    actions = ["store", "retrieve"]    # store, retrieve, scan, identify, metrics, statistics,
+                                       # admin (operators: queues, purge, delete, replay)
 
 Only hashes are kept; a presented secret is hashed and compared with every client's
 hash in constant time, so neither timing nor an early exit tells which part matched.
@@ -38,6 +39,8 @@ from zosciimq.settings import SettingsError
 
 __all__ = [
     "ACTIONS",
+    "ADMIN_ACTIONS",
+    "ADMIN_RIGHT",
     "READ_ACTIONS",
     "SERVICE_ACTIONS",
     "STORE_ACTIONS",
@@ -53,7 +56,12 @@ STORE_ACTIONS = frozenset({"store", "retrieve", "scan", "identify", "metrics"})
 # Rights to other services' endpoints: "statistics" is statissa's page, /stats.json and
 # POST /refresh (its /healthz and /metrics stay open, for orchestrators and Prometheus).
 SERVICE_ACTIONS = frozenset({"statistics"})
-ACTIONS = STORE_ACTIONS | SERVICE_ACTIONS  # what a client's ``actions`` may name
+# The "admin" right: the api's operator actions on whole queues (list every queue,
+# purge, delete, replay). Queue names are partners' capabilities, so listing them is
+# as much a right as deleting; it is never implied by a queue's read or write patterns.
+ADMIN_RIGHT = "admin"
+ADMIN_ACTIONS = frozenset({"queues", "purge", "delete", "replay"})
+ACTIONS = STORE_ACTIONS | SERVICE_ACTIONS | {ADMIN_RIGHT}  # what ``actions`` may name
 # Reading a queue: by pointer, or through a consumer group.
 READ_ACTIONS = frozenset({"fetch", "consume", "ack", "requeue", "deadletter", "extend"})
 
@@ -72,6 +80,8 @@ class Client:
             return queue is not None and any(fnmatchcase(queue, p) for p in self.write)
         if action in READ_ACTIONS:
             return queue is not None and any(fnmatchcase(queue, p) for p in self.read)
+        if action in ADMIN_ACTIONS:
+            return ADMIN_RIGHT in self.actions
         return action in self.actions
 
 

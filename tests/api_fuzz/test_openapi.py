@@ -60,6 +60,8 @@ PARAMETERS = {
     "receipts",
     "delay",
     "ttl",
+    "before",
+    "since",
 }
 FAR_FUTURE_LAST = "209912312359599999-0000-00000000-0000-4000-8000-000000000000.bin"
 

@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 from werkzeug.wrappers import Request, Response
 
+from zoscii_api.admin import AdminActions
 from zoscii_api.auth import Client
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams
@@ -45,6 +46,7 @@ class Actions:
     metrics: ApiMetrics
     watcher: QueueWatcher
     work: WorkActions
+    admin: AdminActions
 
     def handler(self, action: str) -> Callable[[Request, RequestParams], Response]:
         handlers = {
@@ -59,6 +61,7 @@ class Actions:
             "requeue": self.work.requeue,
             "deadletter": self.work.deadletter,
             "extend": self.work.extend,
+            **self.admin.handlers(),
         }
         if action not in handlers:
             raise InvalidInput(f"Unknown action '{action[:40]}'.")

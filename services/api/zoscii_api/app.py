@@ -16,6 +16,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from zoscii_api.actions import Actions
+from zoscii_api.admin import AdminActions, AdminAllow
 from zoscii_api.endpoint import Endpoint, error_response
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.ratelimit import Admission
@@ -24,6 +25,7 @@ from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
 from zoscii_api.work import WorkActions
 from zosciimq.core import DataDir, DataStore, QueueStore, ZosciiError
+from zosciimq.core.admin import QueueAdmin
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.queues import Clock, utc_now
 
@@ -47,6 +49,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         metrics=metrics,
         watcher=watcher,
         work=WorkActions(settings, groups, metrics, watcher),
+        admin=AdminActions(QueueAdmin(data_dir, queues, groups), watcher),
     )
     admission = Admission(
         settings.access,
@@ -54,7 +57,9 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         burst=settings.rate_burst,
         trusted_proxies=settings.trusted_proxies,
     )
-    endpoint = Endpoint(settings, data_dir, actions, admission, metrics)
+    endpoint = Endpoint(
+        settings, data_dir, actions, admission, metrics, AdminAllow(settings.admin_allow)
+    )
     app = Flask(__name__)
     app.config["ZOSCII_SETTINGS"] = settings
     app.wsgi_app = endpoint.mount(app.wsgi_app)  # type: ignore[method-assign]

@@ -23,7 +23,8 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from zoscii_api.actions import Actions
-from zoscii_api.auth import Client
+from zoscii_api.admin import AdminAllow
+from zoscii_api.auth import ADMIN_ACTIONS, Client
 from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import query_fields, read_params
@@ -38,7 +39,18 @@ log = logging.getLogger("zoscii.api")
 PATHS = frozenset({"/", "/index.php"})
 METHODS = frozenset({"GET", "POST", "HEAD"})
 WRITE_ACTIONS = frozenset(
-    {"publish", "store", "identify", "ack", "requeue", "deadletter", "extend", "consume"}
+    {
+        "publish",
+        "store",
+        "identify",
+        "ack",
+        "requeue",
+        "deadletter",
+        "extend",
+        "consume",
+        "purge",
+        "delete",
+    }
 )
 WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.yaml\n"
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
@@ -58,8 +70,10 @@ class Endpoint:
         actions: Actions,
         admission: Admission,
         metrics: ApiMetrics,
+        admin_allow: AdminAllow | None = None,
     ) -> None:
         self.settings = settings
+        self.admin_allow = admin_allow or AdminAllow(settings.admin_allow)
         self.data_dir = data_dir
         self.actions = actions
         self.admission = admission
@@ -196,6 +210,14 @@ class Endpoint:
                 return  # a missing q is reported by the action itself
             environ["zoscii.queue"] = self.actions.check_queue(action, raw_queue)
         self.actions.authorize(client, action, raw_queue)
+        if action in ADMIN_ACTIONS and client is None:
+            # No access control: the peer's address decides (REMOTE_ADDR, or the
+            # forwarded client when the peer is in ZOSCII_TRUSTED_PROXIES).
+            self.admin_allow.check(
+                self.admission.addresses.of(
+                    environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR")
+                )
+            )
 
     def _volume_fault(self, exc: OSError, action: str) -> Response:
         """An OSError the core does not classify: 503 when the data volume cannot take

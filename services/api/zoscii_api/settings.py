@@ -23,10 +23,18 @@ ACTIONS = (
     "requeue",
     "deadletter",
     "extend",
+    "queues",
+    "purge",
+    "delete",
+    "replay",
 )
 # The actions on one queue, checked against the client's patterns: publish against its
 # write patterns, the others (reading, and working through a consumer group) its read.
 QUEUE_ACTIONS = frozenset({"publish", "fetch", "consume", "ack", "requeue", "deadletter", "extend"})
+# Operators' actions on whole queues (zoscii_api.admin): the "admin" right with access
+# control on, otherwise only from the addresses of ZOSCII_ADMIN_ALLOW (ADMIN_ACTIONS,
+# from zosciimq.access).
+LOOPBACK = ("127.0.0.1/32", "::1/128")
 
 
 def _actions(raw: str) -> frozenset[str]:
@@ -41,14 +49,21 @@ def _queues(raw: str) -> frozenset[str]:
     return frozenset(q.strip().lower() for q in raw.split(",") if q.strip())
 
 
-def _networks(raw: str) -> tuple[str, ...]:
+def _networks(raw: str, variable: str = "ZOSCII_TRUSTED_PROXIES") -> tuple[str, ...]:
     items = tuple(item.strip() for item in raw.split(",") if item.strip())
     for item in items:
         try:
             ipaddress.ip_network(item, strict=False)
         except ValueError:
-            raise SettingsError(f"ZOSCII_TRUSTED_PROXIES: {item!r} is not an address") from None
+            raise SettingsError(f"{variable}: {item!r} is not an address") from None
     return items
+
+
+def _admin_allow(raw: str) -> tuple[str, ...]:
+    """CIDR list; ``none``: admin actions need access control's "admin" right."""
+    if raw.strip().lower() == "none":
+        return ()
+    return _networks(raw, "ZOSCII_ADMIN_ALLOW")
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,9 @@ class ApiSettings:
     trusted_proxies: tuple[str, ...] = env_field(
         "ZOSCII_TRUSTED_PROXIES", (), parse=_networks
     )  # peers whose X-Forwarded-For is believed
+    # Without access control, the admin actions answer only these peers (CIDR list,
+    # "none" for nobody); the address is REMOTE_ADDR, or through ZOSCII_TRUSTED_PROXIES.
+    admin_allow: tuple[str, ...] = env_field("ZOSCII_ADMIN_ALLOW", LOOPBACK, parse=_admin_allow)
     header_timeout_seconds: int = env_field("ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1)
     # The body gets this long, plus 1 s per body_min_rate bytes received.
     body_timeout_seconds: int = env_field("ZOSCII_BODY_TIMEOUT_SECONDS", 60, minimum=1)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zosciimq import __version__
-from zosciimq.cli import exit_codes, messages, services, store_admin, tail, work
+from zosciimq.cli import exit_codes, messages, queue_admin, services, store_admin, tail, work
 from zosciimq.cli.context import DEFAULT_URL
 
 DESCRIPTION = """\
@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     _retrieve(add)
     _scan(add)
     _identify(add)
+    _queues(add)
+    _purge(add)
+    _delete(add)
+    _replay(add)
     _run(add)
     return parser
 
@@ -559,6 +563,80 @@ def _identify(add: Adder) -> None:
         "  zoscii identify 20250101120000000000-0000-...-u.bin\n  zoscii scan | zoscii identify -",
     )
     sub.add_argument("names", nargs="+", metavar="NAME", help="store names, or - for stdin")
+
+
+ADMIN_NOTE = (
+    "Needs the server's 'admin' right (with access control) or an address in its "
+    "ZOSCII_ADMIN_ALLOW (without; loopback by default)."
+)
+
+
+def _queues(add: Adder) -> None:
+    sub = add(
+        "queues",
+        queue_admin.queues,
+        "List the queues with their depth, size, ages and consumer groups' lag",
+        "One line per queue: messages, bytes, oldest and newest publish time (UTC), then "
+        "a line per consumer group with its lag (waiting + leased). " + ADMIN_NOTE,
+        "  zoscii queues\n  zoscii --json queues | jq '.queues[] | {queue, messages}'",
+    )
+    sub.add_argument("queue", nargs="?", metavar="QUEUE", help="only this queue")
+
+
+def _confirmable(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "-y", "--yes", action="store_true", help="do not ask (needed without a terminal)"
+    )
+
+
+def _purge(add: Adder) -> None:
+    sub = add(
+        "purge",
+        queue_admin.purge,
+        "Delete a queue's messages (all, or those before a time)",
+        "The queue stays, and so do messages published while it runs. Asks on a "
+        "terminal; without one it needs --yes (else exit 2). " + ADMIN_NOTE,
+        "  zoscii purge orders\n  zoscii purge orders --before 2025-01-01T00:00:00Z --yes",
+    )
+    sub.add_argument("queue", metavar="QUEUE")
+    sub.add_argument(
+        "--before",
+        metavar="TIME",
+        help="ISO-8601 time with a zone (2025-01-01T00:00:00Z), or a message name",
+    )
+    _confirmable(sub)
+
+
+def _delete(add: Adder) -> None:
+    sub = add(
+        "delete",
+        queue_admin.delete,
+        "Delete a queue with its messages and consumer groups",
+        "A publish after it makes the queue anew (pointers into the old one must be "
+        "reset). Asks on a terminal; without one it needs --yes (else exit 2). " + ADMIN_NOTE,
+        "  zoscii delete old-orders\n  zoscii delete old-orders --yes",
+    )
+    sub.add_argument("queue", metavar="QUEUE")
+    _confirmable(sub)
+
+
+def _replay(add: Adder) -> None:
+    sub = add(
+        "replay",
+        queue_admin.replay,
+        "Print the pointer that makes a reader start at a point in time",
+        "The pointer is the last message name published before --since (an empty line "
+        "when there is none: start from the beginning); fetching after it gives the "
+        "first message at or after that time (whole seconds, UTC). " + ADMIN_NOTE,
+        "  zoscii replay orders --since 2025-01-01T14:00:00Z\n"
+        "  zoscii replay orders --since 2025-01-01T14:00:00Z --pointer-file orders.ptr\n"
+        "  zoscii tail orders -f --pointer-file orders.ptr",
+    )
+    sub.add_argument("queue", metavar="QUEUE")
+    sub.add_argument(
+        "--since", required=True, metavar="TIME", help="ISO-8601 with a zone, e.g. ...Z"
+    )
+    sub.add_argument("--pointer-file", metavar="PATH", help="also write the pointer to PATH")
 
 
 def _run(add: Adder) -> None:

@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -643,6 +644,41 @@ class ZosciiClient:
         envelope = self._call(params, method="POST")
         return _names(envelope.result)
 
+    # --- operators (the "admin" right, or an address in ZOSCII_ADMIN_ALLOW) -----------------
+    def queues(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """Every queue (or ``queue``) with messages, bytes, oldest/newest name and time,
+        and its consumer groups with their lag (PROTOCOL.md 3, "Admin actions")."""
+        params = {"action": "queues", **({"q": queue} if queue else {})}
+        result = self._call(params).result
+        if not isinstance(result, list):
+            raise NotZosciiReply("queues answered without a list")
+        return result
+
+    def purge(self, queue: str, before: str | datetime | None = None) -> dict[str, Any]:
+        """Delete the queue's messages, or those published before ``before`` (a time, or
+        an ISO-8601 text with a zone) or sorting before it (a message name); the queue
+        stays. Returns ``{"queue", "purged", "bytes", "before"}``."""
+        params = {"action": "purge", "q": queue}
+        if before is not None:
+            params["before"] = _iso(before)
+        return _mapping(self._call(params, method="POST").result, "purge")
+
+    def delete_queue(self, queue: str) -> dict[str, Any]:
+        """Delete the queue with its index and its consumer groups' state; a later
+        publish makes it anew. Returns ``{"queue", "messages", "bytes", "groups"}``."""
+        params = {"action": "delete", "q": queue}
+        return _mapping(self._call(params, method="POST").result, "delete")
+
+    def replay_pointer(self, queue: str, since: str | datetime) -> str:
+        """The pointer to fetch after so the next message is the first published at or
+        after ``since`` (whole seconds, UTC): the last name before it, "" for the start."""
+        return str(self.replay(queue, since)["pointer"])
+
+    def replay(self, queue: str, since: str | datetime) -> dict[str, Any]:
+        """``replay_pointer`` with the rest of the answer: ``first`` and ``waiting``."""
+        params = {"action": "replay", "q": queue, "since": _iso(since)}
+        return _mapping(self._call(params).result, "replay")
+
     def welcome(self) -> str:
         """The server's plain-text greeting: a cheap check that it is there."""
         with self._exchange("GET", {}) as response:
@@ -865,4 +901,20 @@ def _later(delay: float | None, ttl: float | None) -> dict[str, str]:
 def _names(result: Any) -> list[str]:
     if not isinstance(result, list) or not all(isinstance(n, str) for n in result):
         raise NotZosciiReply(f"expected a list of names, got {str(result)[:80]!r}")
+    return result
+
+
+def _iso(moment: str | datetime) -> str:
+    """A time for the admin actions: ISO-8601 with its zone (a naive datetime is refused
+    here rather than guessed at by the server)."""
+    if isinstance(moment, str):
+        return moment
+    if moment.tzinfo is None:
+        raise ValueError("a naive datetime: give it a zone (e.g. datetime.now(UTC))")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _mapping(result: Any, action: str) -> dict[str, Any]:
+    if not isinstance(result, dict):
+        raise NotZosciiReply(f"{action} answered without a result object")
     return result

@@ -447,6 +447,18 @@ class ConsumerGroups:
                 self._states.pop((queue, group), None)
         return found
 
+    def discard_locked(self, queue: str, group: str) -> list[tuple[str, int]]:
+        """Delete a group's log and leftovers while the caller holds its group lock
+        (``core.admin.delete_queue`` holds them with the queue lock, so no consumer can
+        write between the queue's removal and its groups'); (path, bytes) deleted."""
+        queue, group = clean_queue(queue), clean_group(group)
+        found = _files_of(str(self.data_dir.group_log_path(queue, group)))
+        for name, _size in found:
+            os.unlink(name)
+        with self._mutex:
+            self._states.pop((queue, group), None)
+        return found
+
     def drop_queue_dir(self, queue: str) -> bool:
         """Remove the empty state directory of a queue that no longer exists (True when
         removed). A writer that loses the race makes it again (``_LogWriter.flush``)."""

@@ -546,6 +546,20 @@ class QueueStore:
             finally:
                 files.index.give_back(index)
 
+    def last_before(self, queue: str, bound: str) -> str:
+        """The highest visible name that does not sort after ``bound`` ("" when none).
+
+        With a 14-digit stamp as ``bound`` that is the last name published before that
+        second: used as a pointer, fetch continues with the first name at or after it.
+        """
+        with self._open.use(queue) as files:
+            index, header = self._readable_index(files)
+            try:
+                position = index.first_after(bound, header.committed)
+                return index.record(position - 1) if position else ""
+            finally:
+                files.index.give_back(index)
+
     def expiries(self, queue: str, names: Iterable[str]) -> dict[str, float]:
         """When those of ``names`` that were published with a TTL expire (Unix seconds).
 

@@ -1,0 +1,293 @@
+"""The operators' actions: queues, purge, delete, replay, and who may call them."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from flask.testing import FlaskClient
+
+from tests.support.api_app import body, drain, make_client
+from zoscii_api.auth import AccessControl, parse_clients
+from zoscii_api.settings import ApiSettings
+from zosciimq.core import parse_name
+from zosciimq.settings import SettingsError
+
+ADMIN, PARTNER = "admin-secret-0123456789abcdef", "partner-secret-0123456789abc"
+
+
+def sha(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+CLIENTS = f"""
+[[clients]]
+name = "ops"
+token_sha256 = "{sha(ADMIN)}"
+read = ["*"]
+write = ["*"]
+actions = ["admin"]
+
+[[clients]]
+name = "partner"
+token_sha256 = "{sha(PARTNER)}"
+read = ["*"]
+write = ["*"]
+actions = ["store", "retrieve", "scan", "identify", "metrics"]
+"""
+
+
+class Clock:
+    """The api's clock, set by the test: names carry the times it gives."""
+
+    def __init__(self, moment: datetime) -> None:
+        self.now = moment
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def publish(client: FlaskClient, queue: str, message: bytes, **headers: str) -> None:
+    reply = client.post(
+        "/", data={"action": "publish", "q": queue, "msg": message, "r": "30"}, headers=headers
+    )
+    assert body(reply)["message"] == "Message published.", reply.get_json()
+
+
+def admin(client: FlaskClient, action: str, **params: str):
+    return client.post("/", data={"action": action, **params})
+
+
+def consume(client: FlaskClient, queue: str, group: str, count: int):
+    return client.post(
+        "/", data={"action": "consume", "q": queue, "group": group, "count": str(count)}
+    )
+
+
+# --- listing -------------------------------------------------------------------------------
+def test_queues_lists_depth_bytes_ends_and_group_lag(client: FlaskClient) -> None:
+    for size in (1, 22, 333):
+        publish(client, "orders", b"x" * size)
+    publish(client, "audit", b"hello")
+    assert consume(client, "orders", "billing", 2).status_code == 200  # 2 leased, 1 waiting
+    consume(client, "orders", "shipping", 0)  # one leased, two waiting
+
+    reply = admin(client, "queues")
+    found = {q["queue"]: q for q in body(reply)["result"]}
+    assert set(found) == {"orders", "audit"}
+    orders = found["orders"]
+    names = [name for name, _ in drain(client, "orders")]
+    assert (orders["messages"], orders["bytes"]) == (3, 356)
+    assert (orders["oldest"], orders["newest"]) == (names[0], names[-1])
+    assert orders["oldest_at"] == parse_name(names[0]).published_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    groups = {g["group"]: g for g in orders["groups"]}
+    assert groups["billing"]["leased"] == 2 and groups["billing"]["waiting"] == 1
+    assert groups["billing"]["lag"] == 3
+    assert groups["shipping"]["lag"] == 3 and groups["shipping"]["leased"] == 1
+    assert found["audit"]["messages"] == 1 and found["audit"]["groups"] == []
+
+    one = body(admin(client, "queues", q="audit"))["result"]
+    assert [q["queue"] for q in one] == ["audit"]
+    assert admin(client, "queues", q="nope").status_code == 404
+
+
+# --- purge ---------------------------------------------------------------------------------
+def test_purge_all_keeps_the_queue_and_later_messages(client: FlaskClient) -> None:
+    for number in range(5):
+        publish(client, "jobs", f"m{number}".encode())
+    reply = body(admin(client, "purge", q="jobs"))
+    assert reply["result"]["purged"] == 5 and reply["result"]["bytes"] == 10
+    assert drain(client, "jobs") == []
+    publish(client, "jobs", b"after")
+    assert [m for _, m in drain(client, "jobs")] == [b"after"]
+
+
+def test_purge_before_a_time_or_a_name(tmp_path: Path) -> None:
+    clock = Clock(datetime(2024, 5, 1, 13, 0, 0, tzinfo=UTC))
+    client = make_client_with_clock(tmp_path, clock)
+    for hour in (13, 14, 15):
+        clock.now = clock.now.replace(hour=hour)
+        publish(client, "log", f"{hour}".encode())
+    reply = body(admin(client, "purge", q="log", before="2024-05-01T14:00:00Z"))
+    assert reply["result"]["purged"] == 1
+    left = drain(client, "log")
+    assert [m for _, m in left] == [b"14", b"15"]
+    body(admin(client, "purge", q="log", before=left[1][0]))  # a name: those before it
+    assert [m for _, m in drain(client, "log")] == [b"15"]
+    assert admin(client, "purge", q="log", before="yesterday").status_code == 400
+    assert admin(client, "purge", q="log", before="2024-05-01T14:00:00").status_code == 400
+
+
+def make_client_with_clock(tmp_path: Path, clock: Clock) -> FlaskClient:
+    from zoscii_api.app import create_app
+    from zosciimq.settings import CoreSettings
+
+    settings = ApiSettings(core=CoreSettings(data_dir=tmp_path / "data"))
+    return create_app(settings, clock=clock).test_client()
+
+
+# --- delete --------------------------------------------------------------------------------
+def test_delete_then_publish_again(client: FlaskClient, data_dir: Path) -> None:
+    publish(client, "tmpq", b"one")
+    publish(client, "tmpq", b"two")
+    consume(client, "tmpq", "workers", 1)
+    reply = body(admin(client, "delete", q="tmpq"))
+    assert reply["result"] == {"queue": "tmpq", "messages": 2, "bytes": 6, "groups": ["workers"]}
+    assert not (data_dir / "queues" / "tmpq").exists()
+    assert not (data_dir / ".zoscii" / "index" / "tmpq.idx").exists()
+    assert not (data_dir / ".zoscii" / "groups" / "tmpq").exists()
+    assert list((data_dir / ".zoscii" / "trash").iterdir()) == []
+    assert client.get("/", query_string={"action": "fetch", "q": "tmpq"}).status_code == 404
+    assert admin(client, "delete", q="tmpq").status_code == 404
+
+    publish(client, "tmpq", b"three")
+    assert [m for _, m in drain(client, "tmpq")] == [b"three"]
+    listed = body(admin(client, "queues", q="tmpq"))["result"][0]
+    assert listed["messages"] == 1 and listed["groups"] == []  # the old group is gone
+
+
+def test_concurrent_publishers_lose_only_what_the_delete_took(data_dir: Path) -> None:
+    """Each publisher's acked messages: a prefix deleted by the delete, the rest present
+    in the queue made anew; the deleted ones are exactly what the delete counted."""
+    publishers, each = 4, 40
+    client = make_client(data_dir)
+    publish(client, "busy", b"seed")
+    acked: list[list[bytes]] = [[] for _ in range(publishers)]
+    halfway = threading.Barrier(publishers + 1)
+    errors: list[BaseException] = []
+
+    def run(number: int) -> None:
+        mine = make_client(data_dir)
+        try:
+            for seq in range(each):
+                if seq == each // 4:
+                    halfway.wait(timeout=30)
+                message = f"{number}:{seq}".encode()
+                publish(mine, "busy", message)
+                acked[number].append(message)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(publishers)]
+    for thread in threads:
+        thread.start()
+    halfway.wait(timeout=30)
+    deleted = body(admin(client, "delete", q="busy"))["result"]["messages"]
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    present = {m for _, m in drain(client, "busy")}
+    gone = 1  # the seed
+    for number in range(publishers):
+        assert len(acked[number]) == each
+        flags = [m in present for m in acked[number]]
+        cut = flags.index(True) if True in flags else len(flags)
+        assert all(flags[cut:]), f"publisher {number} lost an acked message after the delete"
+        assert cut >= each // 4  # everything before the barrier was there to be deleted
+        gone += cut
+    assert gone == deleted
+
+
+# --- replay --------------------------------------------------------------------------------
+def test_replay_gives_the_pointer_before_the_time(tmp_path: Path) -> None:
+    clock = Clock(datetime(2024, 5, 1, 13, 59, 59, tzinfo=UTC))
+    client = make_client_with_clock(tmp_path, clock)
+    publish(client, "feed", b"early-1")
+    publish(client, "feed", b"early-2")
+    clock.now = datetime(2024, 5, 1, 14, 0, 0, tzinfo=UTC)
+    publish(client, "feed", b"on-time")
+    clock.now = datetime(2024, 5, 1, 15, 0, 0, tzinfo=UTC)
+    publish(client, "feed", b"late")
+    names = [name for name, _ in drain(client, "feed")]
+
+    result = body(admin(client, "replay", q="feed", since="2024-05-01T14:00:00Z"))["result"]
+    assert result["pointer"] == names[1] and result["first"] == names[2]
+    assert result["since"] == "2024-05-01T14:00:00Z" and result["waiting"] == 2
+    assert [m for _, m in drain(client, "feed", result["pointer"])] == [b"on-time", b"late"]
+    # another zone, and a fraction of a second: the same second
+    same = body(admin(client, "replay", q="feed", since="2024-05-01T16:00:00.7+02:00"))
+    assert same["result"]["pointer"] == names[1]
+
+    before_all = body(admin(client, "replay", q="feed", since="2024-01-01T00:00:00Z"))["result"]
+    assert before_all["pointer"] == "" and before_all["first"] == names[0]
+    after_all = body(admin(client, "replay", q="feed", since="2030-01-01T00:00:00Z"))["result"]
+    assert after_all["pointer"] == names[-1] and after_all["first"] is None
+    assert admin(client, "replay", q="feed").status_code == 400
+    assert admin(client, "replay", q="none", since="2024-01-01T00:00:00Z").status_code == 404
+
+
+# --- who may --------------------------------------------------------------------------------
+@pytest.mark.parametrize("action", ["queues", "purge", "delete", "replay"])
+def test_only_allowed_addresses_without_access_control(client: FlaskClient, action: str) -> None:
+    publish(client, "secret-queue", b"x")
+    params = {"action": action, "q": "secret-queue", "since": "2024-01-01T00:00:00Z"}
+    far = client.post("/", data=params, environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert far.status_code == 403
+    assert "secret-queue" not in far.get_data(as_text=True)
+    assert "ZOSCII_ADMIN_ALLOW" in body(far)["error"]
+    assert len(drain(client, "secret-queue")) == 1  # nothing happened
+    for address in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+        if action in ("queues", "replay"):
+            near = client.post("/", data=params, environ_base={"REMOTE_ADDR": address})
+            assert near.status_code == 200, (address, near.get_json())
+
+
+def test_the_allow_list_is_a_setting(data_dir: Path) -> None:
+    client = make_client(data_dir, admin_allow=("10.0.0.0/8",))
+    far = {"REMOTE_ADDR": "10.1.2.3"}
+    assert client.post("/", data={"action": "queues"}, environ_base=far).status_code == 200
+    assert client.post("/", data={"action": "queues"}).status_code == 403  # 127.0.0.1
+    closed = make_client(data_dir, admin_allow=())
+    assert closed.post("/", data={"action": "queues"}).status_code == 403
+    assert ApiSettings.from_env({"ZOSCII_ADMIN_ALLOW": "none"}).admin_allow == ()
+    assert ApiSettings.from_env({}).admin_allow == ("127.0.0.1/32", "::1/128")
+    with pytest.raises(SettingsError, match="ZOSCII_ADMIN_ALLOW"):
+        ApiSettings.from_env({"ZOSCII_ADMIN_ALLOW": "10.0.0.0/8,bogus"})
+
+
+def test_a_trusted_proxy_forwards_the_client_address(data_dir: Path) -> None:
+    client = make_client(data_dir, trusted_proxies=("10.9.9.9/32",))
+    proxied = {"REMOTE_ADDR": "10.9.9.9"}
+    outside = {"X-Forwarded-For": "198.51.100.7"}
+    reply = client.post("/", data={"action": "queues"}, environ_base=proxied, headers=outside)
+    assert reply.status_code == 403
+    inside = {"X-Forwarded-For": "127.0.0.1"}
+    reply = client.post("/", data={"action": "queues"}, environ_base=proxied, headers=inside)
+    assert reply.status_code == 200
+    forged = make_client(data_dir)  # an untrusted peer's header is ignored
+    far = {"REMOTE_ADDR": "198.51.100.7"}
+    reply = forged.post("/", data={"action": "queues"}, environ_base=far, headers=inside)
+    assert reply.status_code == 403
+
+
+def test_the_admin_right_with_access_control(data_dir: Path) -> None:
+    client = make_client(data_dir, access=AccessControl(parse_clients(CLIENTS)))
+    publish(client, "partner-q", b"x", Authorization=f"Bearer {ADMIN}")
+    for action in ("queues", "purge", "delete", "replay"):
+        params = {"action": action, "q": "partner-q", "since": "2024-01-01T00:00:00Z"}
+        denied = client.post("/", data=params, headers={"Authorization": f"Bearer {PARTNER}"})
+        assert denied.status_code == 403, action
+        assert client.post("/", data=params).status_code == 401
+    far = {"REMOTE_ADDR": "203.0.113.9"}  # the right, not the address, decides
+    ok = client.post(
+        "/",
+        data={"action": "queues"},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        environ_base=far,
+    )
+    assert [q["queue"] for q in body(ok)["result"]] == ["partner-q"]
+
+
+def test_purge_and_delete_are_writes(data_dir: Path) -> None:
+    client = make_client(data_dir)
+    publish(client, "q1", b"x")
+    assert client.head("/", query_string={"action": "delete", "q": "q1"}).status_code == 405
+    read_only = make_client(data_dir, read_only=True)
+    assert read_only.post("/", data={"action": "purge", "q": "q1"}).status_code == 503
+    assert read_only.post("/", data={"action": "queues"}).status_code == 200
+    disabled = make_client(data_dir, enabled_actions=frozenset({"publish", "fetch"}))
+    assert disabled.post("/", data={"action": "delete", "q": "q1"}).status_code == 403
+    assert len(drain(client, "q1")) == 1
