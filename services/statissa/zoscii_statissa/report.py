@@ -1,4 +1,5 @@
-"""The HTML page at ``/``: the original statissa report, for people rather than scrapers.
+"""The HTML page at ``/``: the console's front page (the original statissa report, with
+the history charts of ``console.py`` above it), for people rather than scrapers.
 
 Server-rendered with Jinja2 autoescaping (every name from disk is escaped), inline CSS
 and no external assets, so it works from an isolated network and under a strict CSP.
@@ -15,16 +16,7 @@ from zoscii_statissa.model import GroupStats, Snapshot
 from zoscii_statissa.scan import HOURS
 from zoscii_statissa.snapshots import RunStatus
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-TEMPLATE = """\
-<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>ZOSCII MQ statistics</title>
-<style>
+STYLE = """\
   :root { --ink:#1d2330; --muted:#667085; --line:#e4e7ec; --bar:#3b82f6; --bg:#f8fafc;
           --bad:#b42318; --badbg:#fef3f2; --ok:#027a48; }
   * { box-sizing: border-box; }
@@ -65,11 +57,54 @@ TEMPLATE = """\
   footer a { color:inherit; }
   button { font:inherit; padding:4px 10px; border-radius:6px; border:1px solid #cbd5e1;
            background:#fff; cursor:pointer; }
-</style>
+  header h1 a { color:inherit; text-decoration:none; }
+  header .meta, .qname { overflow-wrap:anywhere; }
+  a { color:#175cd3; }
+  td.name a { color:inherit; }
+  .pad { padding:0 16px; }
+  section h2 { display:flex; flex-wrap:wrap; gap:8px 16px; align-items:center; }
+  .ranges { display:inline-flex; gap:4px; font-weight:400; font-size:13px; }
+  .ranges a { padding:1px 8px; border:1px solid var(--line); border-radius:12px;
+              text-decoration:none; }
+  .ranges a.on { background:#111827; color:#fff; border-color:#111827; }
+  .charts { display:grid; gap:12px; padding:12px 16px;
+            grid-template-columns:repeat(auto-fit, minmax(min(100%, 360px), 1fr)); }
+  .chart { margin:0; min-width:0; }
+  .chart figcaption { font-weight:600; font-size:13px; margin-bottom:4px; }
+  .chart-svg { display:block; width:100%; height:auto; }
+  .chart-svg .grid { stroke:#e4e7ec; stroke-width:1; }
+  .chart-svg .tick { fill:#667085; font-size:11px; }
+  .chart-svg path { stroke-width:1.8; }
+  .chart-svg circle { stroke:none; }
+  .legend { display:flex; flex-wrap:wrap; gap:4px 14px; font-size:12px; color:var(--muted); }
+  .legend span { display:inline-flex; align-items:center; gap:5px; overflow-wrap:anywhere; }
+  .legend i { width:10px; height:10px; border-radius:2px; display:inline-block; }
+  .legend b { color:var(--ink); font-weight:600; }
+  .nodata { padding:24px 0; }
+  .actions .action-bar { display:flex; flex-wrap:wrap; gap:8px; padding:12px 16px; }
+  @media (max-width: 640px) {
+    header { padding:14px 16px; }
+    main { padding:14px 12px 32px; }
+    .card { min-width:0; flex:1 1 40%; }
+    .charts { padding:10px; }
+  }
+"""
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+TEMPLATE = """\
+<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>ZOSCII MQ statistics &middot; console</title>
+<style>
+{{ style }}</style>
 </head>
 <body>
 <header>
-  <h1>ZOSCII MQ statistics</h1>
+  <h1>ZOSCII MQ console</h1>
   <div class="meta">
   {% if snapshot %}Generated at {{ when(snapshot.generated_at) }} (UTC) in
   {{ "%.2f"|format(snapshot.duration_seconds) }} s &middot; data directory
@@ -98,6 +133,8 @@ TEMPLATE = """\
     <div class="k">unidentified in store</div></div>
 </div>
 
+{{ trends }}
+
 <section>
 <h2>Queues</h2>
 {% if snapshot.queues %}
@@ -125,7 +162,8 @@ TEMPLATE = """\
 <tbody>
 {% for g in snapshot.groups %}
 <tr>
-  <td class="name">{{ g.queue }}</td><td class="name">{{ g.group }}</td>
+  <td class="name"><a href="queues/{{ g.queue|urlencode }}">{{ g.queue }}</a></td>
+  <td class="name">{{ g.group }}</td>
   {% if g.error %}<td class="name warn" colspan="6">unreadable: {{ g.error }}</td>
   {% else %}<td>{{ num(g.waiting) }}</td><td>{{ num(g.leased) }}</td>
   <td>{{ num(g.acked) }}</td><td>{{ num(g.redelivered) }}</td>
@@ -178,6 +216,7 @@ TEMPLATE = """\
   <form method="post" action="refresh?redirect=1" style="display:inline">
     <button type="submit">Recompute now</button></form>
   &middot; machine-readable: <a href="stats.json">stats.json</a> &middot;
+  <a href="history.json">history.json</a> &middot;
   <a href="metrics">metrics</a> &middot; runs {{ status.runs_total }}, failed
   {{ status.runs_failed_total }} &middot; times are UTC
 </footer>
@@ -189,7 +228,8 @@ TEMPLATE = """\
 _ROW = """\
 {% macro group_row(g, is_queue) %}
 <tr>
-  <td class="name">{{ g.name }}</td>
+  <td class="name">{% if is_queue %}<a href="queues/{{ g.name|urlencode }}">{{ g.name }}</a>{%
+    else %}{{ g.name }}{% endif %}</td>
   <td>{{ num(g.messages) }}</td>
   <td title="{{ num(g.bytes) }} bytes">{{ size(g.bytes) }}</td>
   <td><div class="share"><span>{{ "%.1f"|format(g.storage_share * 100) }}&nbsp;%</span>
@@ -213,13 +253,18 @@ class ReportPage:
 
     def __init__(self) -> None:
         env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True)
-        env.globals.update(when=when, num=_num, size=human_bytes, age=human_age, spark=_spark)
+        env.globals.update(
+            when=when, num=_num, size=human_bytes, age=human_age, spark=_spark, style=Markup(STYLE)
+        )
         macros = env.from_string(_ROW).module
         env.globals["group_row"] = macros.group_row  # type: ignore[attr-defined]
         self._template = env.from_string(TEMPLATE)
 
-    def render(self, snapshot: Snapshot | None, status: RunStatus) -> str:
-        return self._template.render(snapshot=snapshot, status=status)
+    def render(
+        self, snapshot: Snapshot | None, status: RunStatus, *, trends: Markup | None = None
+    ) -> str:
+        """``trends``: the console's charts section (``console.TrendsSection``)."""
+        return self._template.render(snapshot=snapshot, status=status, trends=trends or "")
 
 
 def human_bytes(count: int) -> str:

@@ -26,6 +26,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.workers.gthread import ThreadWorker
 
 from zoscii_statissa.compute import Scanner, compute_snapshot
+from zoscii_statissa.history import History, recording
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zoscii_statissa.spark import SparkScanner
@@ -51,8 +52,13 @@ class Runtime:
         self.settings = settings
         self.data_dir = DataDir(settings.data_dir)
         self.scanner = scanner if scanner is not None else SparkScanner(settings)
-        self.keeper = SnapshotKeeper(partial(compute_snapshot, self.scanner, self.data_dir), clock)
-        self.app: WsgiApp = create_app(self.keeper, self.data_dir, settings.access)
+        # each computation's figures also go to the history on the volume (history.py)
+        self.history = History(self.data_dir)
+        compute = recording(partial(compute_snapshot, self.scanner, self.data_dir), self.history)
+        self.keeper = SnapshotKeeper(compute, clock)
+        self.app: WsgiApp = create_app(
+            self.keeper, self.data_dir, settings.access, history=self.history
+        )
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.scheduler.add_job(
             self.keeper.refresh_quietly,

@@ -1,11 +1,13 @@
 """What statissa serves on its one port: the ops endpoints every service has (/healthz,
-/metrics, from ``zosciimq.service``) plus its own page, /stats.json and POST /refresh.
+/metrics, from ``zosciimq.service``) plus its own: the console (the front page with the
+history charts, and /queues/<name>), /stats.json, /history.json and POST /refresh.
 
-The page and JSON are a small Flask app mounted into the ops app; POST /refresh is
-dispatched to it before the ops app, which answers 405 to anything but GET and HEAD.
+The pages and JSON are a small Flask app mounted into the ops app; POST /refresh and
+/queues/... are dispatched to it before the ops app, which answers 405 to anything but
+GET and HEAD and knows exact paths only.
 
-With access control on (the api's clients, ``zosciimq.access``), the page, /stats.json
-and /refresh need the right ``statistics``: they name every queue and group. /healthz
+With access control on (the api's clients, ``zosciimq.access``), everything but /healthz
+and /metrics needs the right ``statistics``: it names every queue and group. /healthz
 and /metrics stay open, for orchestrators and Prometheus, which carry no credentials
 (put the port behind a network boundary when queue names in metrics are a secret).
 """
@@ -20,13 +22,25 @@ from functools import partial
 from typing import Any
 
 from flask import Flask, Response, jsonify, redirect, request
+from markupsafe import Markup
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from zoscii_statissa.collector import StatissaCollector
+from zoscii_statissa.console import (
+    QueuePage,
+    TrendsSection,
+    latest_names,
+    overview_charts,
+    pick_range,
+    queue_charts,
+    window,
+)
+from zoscii_statissa.history import History, HistoryPoint
 from zoscii_statissa.report import ReportPage
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zosciimq.access import AccessControl, Forbidden, Unauthenticated
 from zosciimq.core.layout import DataDir
+from zosciimq.core.names import is_queue_name
 from zosciimq.service import Health
 from zosciimq.service.ops import StartResponse, WsgiApp, ops_app
 
@@ -34,7 +48,9 @@ log = logging.getLogger(__name__)
 
 REFRESH = "/refresh"  # the one route that is not GET
 STATISTICS = "statistics"  # the right the page, /stats.json and /refresh need
-PROTECTED = frozenset({"/", "/stats.json", REFRESH})
+QUEUES = "/queues/"  # the queue pages: /queues/<name>
+# every path that needs the right (a queue page stands for all of them)
+PROTECTED = frozenset({"/", "/stats.json", "/history.json", REFRESH, f"{QUEUES}orders"})
 
 
 def build_registry(keeper: SnapshotKeeper) -> CollectorRegistry:
@@ -45,18 +61,25 @@ def build_registry(keeper: SnapshotKeeper) -> CollectorRegistry:
 
 
 def create_app(
-    keeper: SnapshotKeeper, data_dir: DataDir, access: AccessControl | None = None
+    keeper: SnapshotKeeper,
+    data_dir: DataDir,
+    access: AccessControl | None = None,
+    *,
+    history: History | None = None,
 ) -> WsgiApp:
-    """Everything statissa serves, as one WSGI app."""
-    pages = guarded(create_pages(keeper), access or AccessControl([]))
+    """Everything statissa serves, as one WSGI app. ``history``: the one the computation
+    appends to (read from the volume when not given)."""
+    history = history if history is not None else History(data_dir)
+    pages = guarded(create_pages(keeper, data_dir, history), access or AccessControl([]))
     ops = ops_app(
         partial(health, keeper, data_dir),
         build_registry(keeper),
-        {"/": pages, "/stats.json": pages},
+        {"/": pages, "/stats.json": pages, "/history.json": pages},
     )
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == REFRESH:
+        path = environ.get("PATH_INFO", "")
+        if path == REFRESH or path.startswith(QUEUES):
             return pages(environ, start_response)
         return ops(environ, start_response)
 
@@ -73,14 +96,74 @@ def health(keeper: SnapshotKeeper, data_dir: DataDir) -> Health:
     return Health(None, details)
 
 
-def create_pages(keeper: SnapshotKeeper) -> Flask:
+def create_pages(keeper: SnapshotKeeper, data_dir: DataDir, history: History) -> Flask:
     app = Flask(__name__)
     page = ReportPage()
+    trends = TrendsSection()
+    queue_page = QueuePage()
+
+    def history_points(range_key: str) -> tuple[list[HistoryPoint], str]:
+        """The range's points, and why history cannot be shown or written ("" if fine)."""
+        try:
+            points = window(history, keeper.snapshot, range_key)
+        except OSError as exc:
+            log.warning("statistics history unreadable: %s", exc)
+            return [], f"unreadable: {exc}"
+        return points, history.last_error
 
     @app.get("/")
     def index() -> Response:
-        html = page.render(keeper.snapshot, keeper.status)
+        snapshot = keeper.snapshot
+        section = Markup("")
+        if snapshot is not None:
+            range_key = pick_range(request.args.get("range"))
+            points, error = history_points(range_key)
+            section = trends.render(
+                snapshot,
+                overview_charts(points, snapshot),
+                range_key=range_key,
+                history_error=error,
+            )
+        html = page.render(snapshot, keeper.status, trends=section)
         return Response(html, mimetype="text/html")
+
+    @app.get(f"{QUEUES}<name>")
+    def queue(name: str) -> tuple[Response, int]:
+        snapshot = keeper.snapshot
+        known = snapshot is not None and any(q.name == name for q in snapshot.queues)
+        if not is_queue_name(name) or not (known or data_dir.queue_dir(name).is_dir()):
+            return Response("no such queue\n", mimetype="text/plain"), 404
+        range_key = pick_range(request.args.get("range"))
+        points, error = history_points(range_key)
+        groups = [g for g in snapshot.groups if g.queue == name] if snapshot else []
+        names_error = ""
+        try:
+            names = latest_names(data_dir, name)
+        except OSError as exc:
+            names, names_error = [], str(exc)
+        html = queue_page.render(
+            name,
+            snapshot,
+            keeper.status,
+            charts=queue_charts(points, name, groups),
+            names=names,
+            names_error=names_error,
+            range_key=range_key,
+            history_error=error,
+        )
+        return Response(html, mimetype="text/html"), 200
+
+    @app.get("/history.json")
+    def history_json() -> tuple[Response, int]:
+        range_key = pick_range(request.args.get("range"))
+        points, error = history_points(range_key)
+        body = {
+            "range": range_key,
+            "directory": str(history.directory),
+            "error": error,
+            "points": [p.to_dict() for p in points],
+        }
+        return jsonify(body), 200
 
     @app.get("/stats.json")
     def stats_json() -> tuple[Response, int]:

@@ -1,0 +1,486 @@
+"""The console's parts: charts drawn on the server as inline SVG, the time ranges, and
+the queue page (``/queues/<name>``).
+
+Charts are plain SVG built from numbers (names are escaped): no script, no external
+asset, so the page keeps working from an isolated network and under a strict CSP. Each
+series is a ``<g class="series" data-queue=... data-points=N>`` holding one ``<path>``
+and, up to ``MAX_MARKERS`` points, one ``<circle>`` per point (with a ``<title>``
+tooltip), so tests and people can count what was drawn.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from jinja2 import Environment, StrictUndefined
+from markupsafe import Markup, escape
+
+from zoscii_statissa.history import (
+    History,
+    HistoryPoint,
+    Series,
+    group_series,
+    publish_rates,
+    queue_series,
+)
+from zoscii_statissa.model import ConsumerGroupStats, GroupStats, Snapshot
+from zoscii_statissa.report import STYLE, human_age, human_bytes, when
+from zoscii_statissa.snapshots import RunStatus
+from zosciimq.core.layout import DataDir
+from zosciimq.core.walk import Kind, iter_queue_files
+
+RANGES: dict[str, float] = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86_400.0, "7d": 7 * 86_400.0}
+DEFAULT_RANGE = "24h"
+MAX_SERIES = 8  # queues drawn on one overview chart (the deepest ones)
+MAX_POINTS = 400  # points per series drawn (evenly thinned beyond)
+MAX_MARKERS = 200  # series with more points get a line only
+LATEST_NAMES = 20
+PALETTE = (
+    "#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563",
+)  # fmt: skip
+
+_W, _H = 600.0, 190.0
+_LEFT, _RIGHT, _TOP, _BOTTOM = 62.0, 14.0, 12.0, 26.0
+
+
+def pick_range(raw: str | None) -> str:
+    return raw if raw in RANGES else DEFAULT_RANGE
+
+
+def fmt_count(value: float) -> str:
+    if value >= 10_000:
+        return f"{value / 1000:,.0f}k"
+    return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:.2f}"
+
+
+def fmt_rate(value: float) -> str:
+    return f"{value:.1f}/min" if value < 100 else f"{value:,.0f}/min"
+
+
+def fmt_age(value: float) -> str:
+    return human_age(value)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart: a title, its series (name, points) and how values read."""
+
+    key: str  # depth, rate, age, lag: the svg's data-metric
+    title: str
+    series: tuple[tuple[str, Series], ...]
+    fmt: Callable[[float], str]
+
+    @property
+    def empty(self) -> bool:
+        return not any(points for _, points in self.series)
+
+
+def thin(points: Series, limit: int = MAX_POINTS) -> Series:
+    """At most ``limit`` points, evenly spread, the first and the last always kept."""
+    if len(points) <= limit:
+        return points
+    step = (len(points) - 1) / (limit - 1)
+    return [points[round(i * step)] for i in range(limit)]
+
+
+def render_chart(chart: Chart, *, link: Callable[[str], str] | None = None) -> Markup:
+    """The chart as an inline ``<svg>`` plus its legend (HTML)."""
+    series = [(name, thin(points)) for name, points in chart.series if points]
+    label = escape(chart.title)
+    if not series:
+        return Markup(
+            f'<figure class="chart"><figcaption>{label}</figcaption>'
+            f'<p class="muted nodata">No history yet: a point is added at each '
+            f"computation.</p></figure>"
+        )
+    times = [t for _, points in series for t, _ in points]
+    values = [v for _, points in series for _, v in points]
+    start, end = min(times), max(times)
+    if end - start < 1:
+        start, end = start - 30, end + 30
+    top = _nice_ceiling(max(values))
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+
+    def x(t: float) -> float:
+        return _LEFT + (t - start) / (end - start) * plot_w
+
+    def y(v: float) -> float:
+        return _TOP + plot_h - (v / top) * plot_h
+
+    parts = [
+        f'<svg class="chart-svg" viewBox="0 0 {_W:.0f} {_H:.0f}" role="img" '
+        f'aria-label="{label}" data-metric="{escape(chart.key)}" '
+        f'preserveAspectRatio="xMidYMid meet">'
+    ]
+    for fraction in (0.0, 0.5, 1.0):
+        gy = y(top * fraction)
+        parts.append(
+            f'<line class="grid" x1="{_LEFT:.0f}" x2="{_W - _RIGHT:.0f}" '
+            f'y1="{gy:.1f}" y2="{gy:.1f}"/>'
+            f'<text class="tick" x="{_LEFT - 6:.0f}" y="{gy + 4:.1f}" text-anchor="end">'
+            f"{escape(chart.fmt(top * fraction))}</text>"
+        )
+    span = end - start
+    for fraction, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
+        t = start + span * fraction
+        parts.append(
+            f'<text class="tick" x="{x(t):.1f}" y="{_H - 6:.0f}" text-anchor="{anchor}">'
+            f"{_time_label(t, span)}</text>"
+        )
+    for index, (name, points) in enumerate(series):
+        color = PALETTE[index % len(PALETTE)]
+        coords = [(x(t), y(v)) for t, v in points]
+        path = "M" + " L".join(f"{cx:.1f} {cy:.1f}" for cx, cy in coords)
+        parts.append(
+            f'<g class="series" data-queue="{escape(name)}" data-points="{len(points)}" '
+            f'stroke="{color}" fill="{color}"><path d="{path}" fill="none"/>'
+        )
+        if len(points) <= MAX_MARKERS:
+            for (cx, cy), (t, v) in zip(coords, points, strict=True):
+                parts.append(
+                    f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"><title>{escape(name)} '
+                    f"{when(t)}: {escape(chart.fmt(v))}</title></circle>"
+                )
+        parts.append("</g>")
+    parts.append("</svg>")
+    legend = []
+    for index, (name, points) in enumerate(series):
+        color = PALETTE[index % len(PALETTE)]
+        text = escape(name)
+        if link is not None:
+            text = Markup(f'<a href="{escape(link(name))}">{text}</a>')
+        latest = escape(chart.fmt(points[-1][1]))
+        legend.append(f'<span><i style="background:{color}"></i>{text} <b>{latest}</b></span>')
+    return Markup(
+        f'<figure class="chart"><figcaption>{label}</figcaption>{"".join(parts)}'
+        f'<div class="legend">{"".join(legend)}</div></figure>'
+    )
+
+
+def _nice_ceiling(value: float) -> float:
+    """A round top for the y axis (1, 2, 2.5, 5 x 10^n), at least 1."""
+    if value <= 1:
+        return 1.0
+    magnitude = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * magnitude:
+            return step * magnitude
+    return 10 * magnitude
+
+
+def _time_label(t: float, span: float) -> str:
+    moment = datetime.fromtimestamp(t, UTC)
+    if span <= 36 * 3600:
+        return moment.strftime("%H:%M:%S" if span < 600 else "%H:%M")
+    return moment.strftime("%m-%d %H:%M")
+
+
+# --- what the pages chart -------------------------------------------------------------
+def window(history: History, snapshot: Snapshot | None, range_key: str) -> list[HistoryPoint]:
+    """The points of the chosen range, up to the served snapshot (or now)."""
+    end = snapshot.generated_at if snapshot is not None else datetime.now(UTC).timestamp()
+    return history.points(since=end - RANGES[range_key])
+
+
+def overview_charts(points: Sequence[HistoryPoint], snapshot: Snapshot) -> list[Chart]:
+    """Depth, publish rate and oldest age of the deepest queues."""
+    chosen = [q.name for q in sorted(snapshot.queues, key=lambda q: (-q.messages, q.name))]
+    chosen = chosen[:MAX_SERIES]
+    return _queue_charts(points, chosen)
+
+
+def _queue_charts(points: Sequence[HistoryPoint], queues: Sequence[str]) -> list[Chart]:
+    return [
+        Chart(
+            "depth",
+            "Depth (messages)",
+            tuple((q, queue_series(points, q, "messages")) for q in queues),
+            fmt_count,
+        ),
+        Chart(
+            "rate",
+            "Publish rate (messages per minute)",
+            tuple((q, publish_rates(points, q)) for q in queues),
+            fmt_rate,
+        ),
+        Chart(
+            "age",
+            "Oldest message age",
+            tuple((q, queue_series(points, q, "oldest_age_seconds")) for q in queues),
+            fmt_age,
+        ),
+    ]
+
+
+def queue_charts(
+    points: Sequence[HistoryPoint], queue: str, groups: Sequence[ConsumerGroupStats]
+) -> list[Chart]:
+    charts = _queue_charts(points, [queue])
+    if groups:
+        charts.append(
+            Chart(
+                "lag",
+                "Consumer group lag (messages waiting)",
+                tuple((g.group, group_series(points, queue, g.group)) for g in groups),
+                fmt_count,
+            )
+        )
+    return charts
+
+
+@dataclass(frozen=True)
+class LatestName:
+    name: str
+    published: str
+    retention_days: int
+    size: int | None
+
+
+def latest_names(data_dir: DataDir, queue: str, limit: int = LATEST_NAMES) -> list[LatestName]:
+    """The newest message names of ``queue`` (names sort in publish order), newest first.
+
+    Lists the queue's directory through the core (names and sizes only, never contents).
+    """
+    found = heapq.nlargest(
+        limit,
+        (f for f in iter_queue_files(data_dir, queue) if f.kind is Kind.MESSAGE),
+        key=lambda f: f.name,
+    )
+    latest = []
+    for item in found:
+        assert item.message is not None
+        try:
+            size: int | None = item.entry.stat(follow_symlinks=False).st_size
+        except OSError:  # consumed or cleaned up since the listing
+            size = None
+        latest.append(
+            LatestName(
+                item.name,
+                when(item.message.published_timestamp),
+                item.message.retention_days,
+                size,
+            )
+        )
+    return latest
+
+
+# --- the queue page ---------------------------------------------------------------------
+QUEUE_TEMPLATE = """\
+<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ queue }} &middot; ZOSCII MQ console</title>
+<style>{{ style }}</style>
+</head>
+<body>
+<header>
+  <h1><a href="../">ZOSCII MQ console</a> / <span class="qname">{{ queue }}</span></h1>
+  <div class="meta">{% if snapshot %}Figures of {{ when(snapshot.generated_at) }} (UTC){% endif %}
+  </div>
+</header>
+<main>
+{% if status.last_run_success == false %}
+  <div class="banner bad" role="alert"><strong>The last computation failed</strong>:
+  {{ status.last_error }}. The figures below are the last good ones.</div>
+{% endif %}
+{% if stats is none %}
+  <div class="banner info">No figures for this queue yet{% if not snapshot %}: the first
+  computation has not finished{% endif %}.</div>
+{% else %}
+<div class="cards">
+  <div class="card"><div class="v" id="depth">{{ num(stats.messages) }}</div>
+    <div class="k">messages</div></div>
+  <div class="card"><div class="v">{{ size(stats.bytes) }}</div><div class="k">stored</div></div>
+  <div class="card"><div class="v">{{ age(stats.oldest_age_seconds) }}</div>
+    <div class="k">oldest message age</div></div>
+  <div class="card"><div class="v">{{ num(stats.published_last_hour) }}</div>
+    <div class="k">published, last hour</div></div>
+  <div class="card"><div class="v">{{ num(stats.published_last_24h) }}</div>
+    <div class="k">published, last 24 h</div></div>
+  <div class="card"><div class="v{% if stats.expired %} warn{% endif %}">{{
+    num(stats.expired) }}</div>
+    <div class="k">past retention</div></div>
+  <div class="card"><div class="v{% if dead_lettered %} warn{% endif %}">{{
+    num(dead_lettered) }}</div>
+    <div class="k">dead-lettered (all groups)</div></div>
+</div>
+{% endif %}
+
+<section class="actions" id="actions" aria-label="Actions">
+<h2>Actions</h2>
+{# The place for admin actions (purge, requeue dead letters...): they will call the
+   api's admin endpoints; pass them to QueuePage.render(actions=...). #}
+{% if actions %}<div class="action-bar">{% for a in actions %}{{ a }}{% endfor %}</div>
+{% else %}<p class="muted pad">No actions available here yet: administrative actions
+are served by the api.</p>{% endif %}
+</section>
+
+<section>
+<h2>Trends {{ ranges() }}</h2>
+{% if history_error %}<p class="muted pad warn">History is not being written:
+{{ history_error }}</p>{% endif %}
+<div class="charts">{% for c in charts %}{{ chart(c) }}{% endfor %}</div>
+</section>
+
+<section>
+<h2>Consumer groups</h2>
+{% if groups %}
+<table>
+<thead><tr><th class="name">Group</th><th>Lag (waiting)</th><th>Leased</th><th>Acked</th>
+  <th>Redelivered</th><th>Dead-lettered</th><th class="name">Dead-letter queue</th>
+  <th>Oldest unacked age</th></tr></thead>
+<tbody>
+{% for g in groups %}
+<tr>
+  <td class="name">{{ g.group }}</td>
+  {% if g.error %}<td class="name warn" colspan="7">unreadable: {{ g.error }}</td>
+  {% else %}<td>{{ num(g.waiting) }}</td><td>{{ num(g.leased) }}</td>
+  <td>{{ num(g.acked) }}</td><td>{{ num(g.redelivered) }}</td>
+  <td{% if g.dead_lettered %} class="warn"{% endif %}>{{ num(g.dead_lettered) }}</td>
+  <td class="name">{% if g.dead_letter_queue %}<a href="{{ g.dead_letter_queue|urlencode }}">{{
+    g.dead_letter_queue }}</a>{% endif %}</td>
+  <td{% if g.oldest_unacked %} title="{{ g.oldest_unacked }}"{% endif %}>
+    {{ age(g.oldest_unacked_age_seconds) }}</td>{% endif %}
+</tr>
+{% endfor %}
+</tbody>
+</table>
+{% else %}<p class="muted pad">No consumer groups.</p>{% endif %}
+</section>
+
+<section>
+<h2>Latest messages</h2>
+{% if names_error %}<p class="muted pad warn">Cannot list the queue: {{ names_error }}</p>
+{% elif names %}
+<table class="latest">
+<thead><tr><th class="name">Name</th><th>Published (UTC)</th><th>Retention</th>
+  <th>Size</th></tr></thead>
+<tbody>
+{% for n in names %}
+<tr><td class="name">{{ n.name }}</td><td>{{ n.published }}</td>
+  <td>{{ n.retention_days }} d</td>
+  <td>{{ "\u2013" if n.size is none else size(n.size) }}</td></tr>
+{% endfor %}
+</tbody>
+</table>
+{% else %}<p class="muted pad">No messages.</p>{% endif %}
+</section>
+
+<footer><a href="../">All queues</a> &middot; <a href="../stats.json">stats.json</a>
+  &middot; <a href="../history.json?range={{ range_key }}">history.json</a>
+  &middot; times are UTC</footer>
+</main>
+</body>
+</html>
+"""
+
+RANGES_MACRO = """\
+{% macro ranges() %}<span class="ranges">{% for key in range_keys %}
+<a href="?range={{ key }}"{% if key == range_key %} class="on" aria-current="true"{% endif %}>{{
+  key }}</a>{% endfor %}</span>{% endmacro %}
+"""
+
+
+def environment() -> Environment:
+    """The Jinja environment both pages use (autoescaping: every name is escaped)."""
+    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True)
+    env.globals.update(
+        when=when,
+        num=lambda value: f"{value:,}",
+        size=human_bytes,
+        age=human_age,
+        style=Markup(STYLE),
+        range_keys=tuple(RANGES),
+    )
+    return env
+
+
+class QueuePage:
+    def __init__(self) -> None:
+        env = environment()
+        self._template = env.from_string(RANGES_MACRO + QUEUE_TEMPLATE)
+
+    def render(
+        self,
+        queue: str,
+        snapshot: Snapshot | None,
+        status: RunStatus,
+        *,
+        charts: Sequence[Chart],
+        names: Sequence[LatestName],
+        names_error: str = "",
+        range_key: str = DEFAULT_RANGE,
+        history_error: str = "",
+        actions: Sequence[Markup] = (),
+    ) -> str:
+        stats: GroupStats | None = None
+        groups: list[ConsumerGroupStats] = []
+        if snapshot is not None:
+            try:
+                stats = snapshot.queue(queue)
+            except KeyError:
+                stats = None
+            groups = [g for g in snapshot.groups if g.queue == queue]
+        return self._template.render(
+            queue=queue,
+            snapshot=snapshot,
+            status=status,
+            stats=stats,
+            groups=groups,
+            dead_lettered=sum(g.dead_lettered for g in groups if not g.error),
+            charts=charts,
+            chart=render_chart,
+            names=names,
+            names_error=names_error,
+            range_key=range_key,
+            history_error=history_error,
+            actions=actions,
+        )
+
+
+TRENDS_TEMPLATE = """\
+<section id="trends">
+<h2>Trends {{ ranges() }}</h2>
+{% if history_error %}<p class="muted pad warn">History is not being written:
+{{ history_error }}</p>{% endif %}
+{% if hidden %}<p class="muted pad">The {{ shown }} deepest of {{ total }} queues; every
+queue has its own page.</p>{% endif %}
+<div class="charts">{% for c in charts %}{{ chart(c, link=link) }}{% endfor %}</div>
+</section>
+"""
+
+
+class TrendsSection:
+    """The charts section of the front page (rendered into ``ReportPage``)."""
+
+    def __init__(self) -> None:
+        self._template = environment().from_string(RANGES_MACRO + TRENDS_TEMPLATE)
+
+    def render(
+        self,
+        snapshot: Snapshot,
+        charts: Sequence[Chart],
+        *,
+        range_key: str = DEFAULT_RANGE,
+        history_error: str = "",
+    ) -> Markup:
+        total = len(snapshot.queues)
+        shown = min(total, MAX_SERIES)
+        return Markup(
+            self._template.render(
+                charts=charts,
+                chart=render_chart,
+                link=lambda name: f"queues/{name}",
+                range_key=range_key,
+                history_error=history_error,
+                hidden=total > shown,
+                shown=shown,
+                total=total,
+            )
+        )
