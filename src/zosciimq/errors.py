@@ -153,3 +153,11 @@ class StorageFull(ZosciiError):
 
     status = 507
     reason = "storage_full"
+
+
+class QueueFull(ZosciiError):
+    """A publish over its queue's ``max_messages`` or ``max_bytes`` (the queue policy,
+    ``when_full = "refuse"``); nothing was kept."""
+
+    status = 507
+    reason = "queue_full"

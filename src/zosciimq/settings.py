@@ -153,7 +153,7 @@ class CoreSettings:
 
     data_dir: Path = env_field("ZOSCII_DATA_DIR", Path("/data"))
     default_retention_days: int = env_field(
-        "ZOSCII_DEFAULT_RETENTION_DAYS", 0, minimum=0, maximum=9999
+        "ZOSCII_DEFAULT_RETENTION_DAYS", 30, minimum=0, maximum=9999
     )
     nonce_window_seconds: int = env_field("ZOSCII_NONCE_WINDOW_SECONDS", 86_400, minimum=1)
 

@@ -86,7 +86,10 @@ class Actions:
     # --- queues -----------------------------------------------------------------------
     def publish(self, request: Request, params: RequestParams) -> Response:
         queue = self.check_queue("publish", params.text("q"))
-        retention = clean_retention(params.text("r"), self.settings.core.default_retention_days)
+        default = self.settings.policy.retention_for(
+            queue, self.settings.core.default_retention_days
+        )
+        retention = clean_retention(params.text("r"), default)
         if params.batch is not None:
             return self._publish_batch(request, queue, retention, params)
         nonce = _nonce(request, params.text("n"))

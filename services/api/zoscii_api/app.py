@@ -39,7 +39,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     if problem:
         log.error("data directory not usable: %s", problem)
     metrics = ApiMetrics()
-    queues = QueueStore(data_dir, clock=clock)
+    queues = QueueStore(data_dir, clock=clock, limits=settings.policy.limits_for)
     watcher = QueueWatcher(queues.change_token, settings.wait_poll_ms / 1000, settings.max_waiters)
     groups = ConsumerGroups(data_dir, queues, max_deliveries=settings.max_deliveries)
     actions = Actions(

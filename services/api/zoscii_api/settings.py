@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zoscii_api.auth import AccessControl, load_access_control
+from zosciimq.core.policy import PolicySource
 from zosciimq.settings import CoreSettings, SettingsError, env_field, read_env
 
 ACTIONS = (
@@ -106,6 +107,9 @@ class ApiSettings:
     # the data is readable; every write answers 503 without reading its body.
     read_only: bool = env_field("ZOSCII_READ_ONLY", False)
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
+    # Per-queue default retention and limits (ZOSCII_POLICY_FILE, zosciimq.core.policy),
+    # read again when the file changes.
+    policy: PolicySource = field(default_factory=PolicySource)
 
     @property
     def data_dir(self) -> Path:
@@ -119,4 +123,10 @@ class ApiSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
         env = os.environ if env is None else env
-        return read_env(cls, env, core=CoreSettings.from_env(env), access=load_access_control(env))
+        return read_env(
+            cls,
+            env,
+            core=CoreSettings.from_env(env),
+            access=load_access_control(env),
+            policy=PolicySource(env.get("ZOSCII_POLICY_FILE", "").strip() or None),
+        )

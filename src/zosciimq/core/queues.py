@@ -36,6 +36,7 @@ from stat import S_ISDIR, S_ISLNK
 from typing import BinaryIO
 
 from zosciimq.core import index as idx
+from zosciimq.core import policy
 from zosciimq.core.durable import ensure_dir, fsync_dir, raise_if_full, unlink_quietly
 from zosciimq.core.errors import QueueNotFound, TryAgain
 from zosciimq.core.layout import DataDir
@@ -48,6 +49,7 @@ from zosciimq.errors import QueueUnusable
 log = logging.getLogger("zosciimq.core.queues")
 
 Clock = Callable[[], datetime]
+Limits = Callable[[str], policy.QueueRule | None]  # a queue's limits (None: unlimited)
 _READ_MESSAGE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_GROUP_MESSAGES = 4096  # one commit's worth; more waits for the next
 
@@ -100,9 +102,12 @@ class _Submission:
 
 
 class QueueStore:
-    def __init__(self, data_dir: DataDir, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, data_dir: DataDir, clock: Clock = utc_now, limits: Limits | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.clock = clock
+        self.limits = limits  # the queue policy's max_messages / max_bytes (core.policy)
         self.nonces = Nonces(data_dir)
         self._open = OpenQueues(data_dir)
 
@@ -173,9 +178,15 @@ class QueueStore:
                         assert index is not None
                     header = index.header()
                     assert header is not None
-                    accepted = self._allocate(group, header)
+                    rule = self.limits(files.name) if self.limits is not None else None
+                    usage = self._make_room(files, index, header, group, rule)
+                    accepted = self._allocate([s for s in group if not s.done], header)
                     if accepted:
                         self._write(files, index, header, accepted)
+                    elif usage is not None and usage.dropped:
+                        fsync_dir(files.dir)
+                    if usage is not None:
+                        self._keep_usage(files, header, usage, accepted)
                 finally:
                     files.index.give_back(index)
         except BaseException as exc:
@@ -184,6 +195,53 @@ class QueueStore:
                     submission.error = exc if position == 0 else copy.copy(exc)
         for submission in group:
             submission.done = True
+
+    def _make_room(
+        self,
+        files: QueueFiles,
+        index: idx.IndexFile,
+        header: idx.IndexHeader,
+        group: list[_Submission],
+        rule: policy.QueueRule | None,
+    ) -> policy.Usage | None:
+        """The queue policy's limits (lock held): a submission over them is refused
+        (done, with QueueFull), or the oldest messages are dropped to make room."""
+        if rule is None or not rule.limited:
+            return None
+        path = self._usage_path(files)
+        usage = policy.read_usage(path, header) or policy.scan_usage(files.dir, index, header)
+        incoming = [(len(s.messages), sum(m.upload.size for m in s.messages)) for s in group]
+        verdicts = policy.make_room(files.name, rule, usage, files.dir, index, header, incoming)
+        for submission, error in zip(group, verdicts, strict=True):
+            if error is not None:
+                submission.error = error
+                submission.done = True
+        return usage
+
+    def _keep_usage(
+        self,
+        files: QueueFiles,
+        header: idx.IndexHeader,
+        usage: policy.Usage,
+        accepted: list[tuple[Outgoing, str]],
+    ) -> None:
+        """Remember the counts for the header this commit leaves; the index is rebuilt
+        once dropped records outnumber the live ones (so a reader from the start does
+        not step over them one by one)."""
+        usage.count += len(accepted)
+        usage.bytes += sum(m.upload.size for m, _ in accepted)
+        if usage.head >= policy.REBUILD_AFTER and usage.head > usage.count:
+            header = idx.rebuild(files.index_path, files.dir, floor=header.last)
+            files.index.drop()
+            if header.committed != usage.count:  # changed behind our back: recount
+                unlink_quietly(self._usage_path(files))
+                return
+            usage.head = 0
+        usage.key = policy.header_key(header)
+        policy.write_usage(self._usage_path(files), usage)
+
+    def _usage_path(self, files: QueueFiles) -> str:
+        return str(self.data_dir.indexes / f"{files.name}{policy.USAGE_SUFFIX}")
 
     def _allocate(
         self, group: list[_Submission], header: idx.IndexHeader
