@@ -1,6 +1,6 @@
 # ZOSCII MQ: developer entry points.
 #
-#   make images    build the four images offline (wheelhouse, local bases if needed)
+#   make images    build the images offline (wheelhouse, local bases if needed)
 #   make up        images, then start the stack and wait until it is healthy
 #   make down      stop and remove the containers (the data volume is kept;
 #                  `make down DOWN_ARGS=-v` deletes it too)
@@ -13,7 +13,7 @@
 #
 # Variables (command line or environment):
 #   PROJECT=zoscii           compose project name (containers zoscii_api_1, volume zoscii_zoscii_data)
-#   IMAGE_TAG=dev            tag of zoscii/{api,replikate,claireup,statissa}
+#   IMAGE_TAG=dev            tag of zoscii/{proxy,api,replikate,claireup,statissa}
 #   COMPOSE_FILES=-f docker-compose.yml     variants are overrides added after it, e.g.
 #                            '-f docker-compose.yml -f deploy/compose.bind.yml' (data in a host
 #                            directory), and/or '-f deploy/compose.replikate.yml' (a jobs file)
@@ -52,11 +52,12 @@ images:
 up: images
 	$(COMPOSE_CMD) up -d --no-build --remove-orphans
 	@deploy/wait-healthy.sh $(UP_TIMEOUT) $(COMPOSE_CMD)
-	@api=$$($(COMPOSE_CMD) port api 8080 | sed 's/^0\.0\.0\.0/localhost/'); \
+	@api=$$($(COMPOSE_CMD) port proxy 8080 | sed 's/^0\.0\.0\.0/localhost/'); \
+	 direct=$$($(COMPOSE_CMD) port api 8080 | sed 's/^0\.0\.0\.0/localhost/'); \
 	 stats=$$($(COMPOSE_CMD) port statissa 9103 | sed 's/^0\.0\.0\.0/localhost/'); \
 	 echo; \
-	 echo "  API:         http://$$api/   (index.php works too)"; \
-	 echo "  API metrics: http://$$api/metrics"; \
+	 echo "  API:         http://$$api/   (index.php works too; through the proxy)"; \
+	 echo "  API metrics: http://$$direct/metrics   (the api itself, not through the proxy)"; \
 	 echo "  Statistics:  http://$$stats/   (/metrics, /stats.json)"; \
 	 echo "  replikate:   http://$$($(COMPOSE_CMD) port replikate 9101)/metrics"; \
 	 echo "  claireup:    http://$$($(COMPOSE_CMD) port claireup 9102)/metrics"

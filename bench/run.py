@@ -22,7 +22,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import REPO, consume, depth, external, floor, large, load, original, publish, versus
+from bench import (
+    REPO,
+    consume,
+    depth,
+    external,
+    floor,
+    large,
+    load,
+    original,
+    publish,
+    slow_clients,
+    versus,
+    work_bench,
+)
 from bench.context import Context
 from bench.machine import describe
 from bench.report import (
@@ -56,6 +69,10 @@ SCENARIOS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "vs-batch": versus.batch,
     "vs-consume": versus.consume,
     "vs-replication": versus.replication,
+    # half-open and idle connections: a client's publishes direct vs through the proxy
+    "slow-clients": slow_clients.run,
+    # work queues: consume+ack from 8 consumers beside a pointer fetch, alternating rounds
+    "work": work_bench.run,
 }
 
 

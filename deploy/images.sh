@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the four service images (what `make images` runs), with no network at build
-# time beyond what deploy/wheelhouse.sh needs the first time:
+# Build the service images and the proxy (what `make images` runs), with no network at
+# build time beyond what deploy/wheelhouse.sh needs the first time (and, for the proxy,
+# Debian's mirrors for the nginx package the first time):
 #
 #   1. build/wheels/ (deploy/wheelhouse.sh; instant when the requirements did not change)
 #   2. the base: python:3.11-slim-bookworm if it is here or can be pulled within 20 s,
@@ -8,6 +9,8 @@
 #      (deploy/base/build-base.sh; built once, then reused)
 #   3. zoscii/{api,replikate,claireup,statissa,phpmq}:$IMAGE_TAG, all from deploy/Dockerfile
 #      (--build-arg SERVICE=<svc>), statissa on the Java base
+#   4. zoscii/proxy:$IMAGE_TAG (nginx in front of the api) from deploy/nginx/Dockerfile, on
+#      the same base as the services (its context: deploy/nginx/)
 #
 # Each image is built from a context holding only its own inputs (not the repository
 # root with every service's wheels): nothing changed means every step is a cache hit and
@@ -17,7 +20,7 @@
 #      BASE=auto|public|local which base to use (auto: as described above)
 #      BASE_IMAGE, JAVA_BASE_IMAGE   use these images as they are (skips the choice)
 #      PUBLIC_BASE=python:3.11-slim-bookworm
-#      SERVICES="api statissa"       build only these
+#      SERVICES="api statissa"       build only these (proxy is one of them)
 #      NO_CACHE=1                    docker build --no-cache
 set -euo pipefail
 
@@ -28,7 +31,7 @@ BASE=${BASE:-auto}
 PUBLIC_BASE=${PUBLIC_BASE:-python:3.11-slim-bookworm}
 LOCAL_BASE=zoscii/base:bookworm
 LOCAL_JAVA_BASE=zoscii/base-java:bookworm
-read -r -a SERVICES <<<"${SERVICES:-api replikate claireup statissa phpmq}"
+read -r -a SERVICES <<<"${SERVICES:-api replikate claireup statissa phpmq proxy}"
 PULL_MEMO="$ROOT/build/.public-base-unreachable"
 
 log() { printf '[images] %s\n' "$*" >&2; }
@@ -68,7 +71,7 @@ else
     JAVA_BASE_IMAGE=$LOCAL_JAVA_BASE
     need=()
     for s in "${SERVICES[@]}"; do
-      if [ "$s" = statissa ]; then need+=(java); else need+=(base); fi
+      if [ "$s" = statissa ]; then need+=(java); else need+=(base); fi   # proxy: base
     done
     for what in $(printf '%s\n' "${need[@]}" | sort -u); do
       "$ROOT/deploy/base/build-base.sh" "$what"     # no-op when the image exists
@@ -84,9 +87,15 @@ build_args=()
 [ "${NO_CACHE:-0}" = 1 ] && build_args+=(--no-cache)
 
 # What deploy/Dockerfile reads for a service, besides build/wheels/<svc>: the only files
-# its context holds.
+# its context holds. The proxy: deploy/nginx/ (its Dockerfile, template and scripts).
 context_files() {  # svc
   local f
+  if [ "$1" = proxy ]; then
+    for f in Dockerfile nginx.conf.template entrypoint.sh healthcheck.sh; do
+      printf '%s\0' "deploy/nginx/$f"
+    done
+    return 0
+  fi
   for f in .dockerignore deploy/Dockerfile pyproject.toml README.md src/zosciimq \
            "services/$1/pyproject.toml" "services/$1/requirements.txt" \
            "services/$1/zoscii_$1" services/"$1"/*.conf.py; do
@@ -104,13 +113,14 @@ inputs_key() {  # svc base
     echo "$2 $(docker image inspect -f '{{.Id}}' "$2" 2>/dev/null)"
     context_files "$1" | xargs -0 -I{} find {} -type f ! -path '*/__pycache__/*' \
       ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
-    find "build/wheels/$1" -type f -printf '%f %s\n' | sort
+    [ "$1" = proxy ] || find "build/wheels/$1" -type f -printf '%f %s\n' | sort
   } | sha256sum | cut -d' ' -f1
 }
 mkdir -p build/.images
 
 for svc in "${SERVICES[@]}"; do
-  [ -f "services/$svc/pyproject.toml" ] || { log "no service $svc (services/$svc/pyproject.toml)"; exit 1; }
+  [ "$svc" = proxy ] || [ -f "services/$svc/pyproject.toml" ] ||
+    { log "no service $svc (services/$svc/pyproject.toml)"; exit 1; }
   base=$BASE_IMAGE
   [ "$svc" = statissa ] && base=$JAVA_BASE_IMAGE
   image="zoscii/$svc:$IMAGE_TAG"
@@ -125,11 +135,23 @@ for svc in "${SERVICES[@]}"; do
   fi
   # The context: what deploy/Dockerfile may COPY for this service. Same file contents
   # give the same cache keys as a build from the repository root (docker-compose build).
-  if ! { context_files "$svc"; printf '%s\0' "build/wheels/$svc"; } |
-      tar -C "$ROOT" --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' \
-        --null -T - -cf - |
-      docker build "${build_args[@]}" -f deploy/Dockerfile --build-arg SERVICE="$svc" \
-        --build-arg BASE_IMAGE="$base" -t "$image" - >"build/.images-$svc.log" 2>&1; then
+  if [ "$svc" = proxy ]; then
+    # A context of its own, deploy/nginx/ (only the files context_files names).
+    build() {
+      context_files proxy | sed -z 's|^deploy/nginx/||' |
+        tar -C "$ROOT/deploy/nginx" --null -T - -cf - |
+        docker build "${build_args[@]}" --build-arg BASE_IMAGE="$base" -t "$image" -
+    }
+  else
+    build() {
+      { context_files "$svc"; printf '%s\0' "build/wheels/$svc"; } |
+        tar -C "$ROOT" --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' \
+          --null -T - -cf - |
+        docker build "${build_args[@]}" -f deploy/Dockerfile --build-arg SERVICE="$svc" \
+          --build-arg BASE_IMAGE="$base" -t "$image" -
+    }
+  fi
+  if ! build >"build/.images-$svc.log" 2>&1; then
     tail -n 60 "build/.images-$svc.log" >&2
     log "FAILED: $image (whole log: build/.images-$svc.log)"
     exit 1

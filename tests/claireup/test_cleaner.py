@@ -270,6 +270,9 @@ def test_indexes_of_vanished_queues_and_stale_rebuild_leftovers(data_dir, clock,
     for path in data_dir.queue_dir("gone").iterdir():
         path.unlink()
     data_dir.queue_dir("gone").rmdir()  # an operator removed the queue
+    for sidecar in (data_dir.ttl_path("gone"), data_dir.usage_path("gone")):
+        sidecar.write_bytes(b"expiries or policy counts")
+    data_dir.ttl_path("kept").write_bytes(b"")
     old_tmp = data_dir.indexes / ".kept.idx.0123abcd.tmp"
     young_tmp = data_dir.indexes / ".kept.idx.4567cdef.tmp"
     for path, age in ((old_tmp, timedelta(days=2)), (young_tmp, timedelta(minutes=5))):
@@ -284,7 +287,9 @@ def test_indexes_of_vanished_queues_and_stale_rebuild_leftovers(data_dir, clock,
     assert data_dir.index_path("kept").exists() and data_dir.journal_path("kept").exists()
     assert not old_tmp.exists() and young_tmp.exists()
     assert set(data_dir.locks.iterdir()) == locks_before  # lock files are never removed
-    assert report.tally(AREA_INDEX).deleted == 3
+    assert not data_dir.ttl_path("gone").exists() and not data_dir.usage_path("gone").exists()
+    assert data_dir.ttl_path("kept").exists()
+    assert report.tally(AREA_INDEX).deleted == 5
 
 
 def test_an_interrupted_run_stops_and_a_rerun_finishes(data_dir, clock, make_cleaner):

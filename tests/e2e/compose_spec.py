@@ -73,7 +73,7 @@ class ServiceSpec:
     tmpfs: tuple[str, ...]
     cap_drop: tuple[str, ...]
     security_opt: tuple[str, ...]
-    data_mount: str  # where the zoscii_data volume is mounted
+    data_mount: str  # where the zoscii_data volume is mounted ("" for the proxy: no data)
     healthcheck_test: tuple[str, ...]
     healthcheck_timeout: float
     healthcheck_retries: int
@@ -120,7 +120,7 @@ def load_services(
         if not isinstance(environment, dict):
             raise ValueError(f"{name}: environment must be a mapping in {path.name}")
         mounts = [str(v) for v in raw.get("volumes", []) if str(v).startswith(DATA_VOLUME + ":")]
-        if len(mounts) != 1:
+        if len(mounts) > 1:
             raise ValueError(f"{name}: expected one {DATA_VOLUME} mount, found {mounts}")
         check = raw["healthcheck"]
         test = check["test"]
@@ -129,14 +129,16 @@ def load_services(
         services[name] = ServiceSpec(
             name=name,
             image=interpolate(raw["image"], env),
-            fixed_env={k: str(v) for k, v in environment.items() if v is not None},
+            fixed_env={
+                k: interpolate(str(v), env) for k, v in environment.items() if v is not None
+            },
             passthrough_env=frozenset(k for k, v in environment.items() if v is None),
             ports=tuple(parse_port(p, env) for p in raw.get("ports", [])),
             read_only=bool(raw.get("read_only", False)),
             tmpfs=tuple(raw.get("tmpfs", [])),
             cap_drop=tuple(raw.get("cap_drop", [])),
             security_opt=tuple(raw.get("security_opt", [])),
-            data_mount=mounts[0].split(":")[1],
+            data_mount=mounts[0].split(":")[1] if mounts else "",
             healthcheck_test=tuple(test),
             healthcheck_timeout=duration_seconds(check.get("timeout", "30s")),
             healthcheck_retries=int(check.get("retries", 3)),

@@ -1,5 +1,6 @@
-"""The shipped docker-compose.yml itself: ``up -d`` brings all four services to healthy,
-hardened as documented, the api answers on the published port, ``down -v`` removes
+"""The shipped docker-compose.yml itself: ``up -d`` brings all five services (the four
+and the proxy in front of the api) to healthy, hardened as documented, the api answers
+through the proxy on the public port, internal ports on 127.0.0.1 only, ``down -v`` removes
 everything. Uses the compose CLI (``docker compose`` or docker-compose 1.29), as a user
 would, with a unique project name and free host ports so it never clashes with a stack
 already running here."""
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-SERVICES = {"api", "replikate", "claireup", "statissa"}
+SERVICES = {"proxy", "api", "replikate", "claireup", "statissa"}
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 UP_TIMEOUT = 240  # seconds to healthy; the shipped probe interval is 15 s
@@ -83,6 +84,11 @@ def check_hardening(container: Container, project: str) -> None:
     assert "no-new-privileges:true" in host["SecurityOpt"], (name, host["SecurityOpt"])
     assert "/tmp" in (host.get("Tmpfs") or {}), (name, host.get("Tmpfs"))
     assert config["User"] and config["User"].split(":")[0] not in ("0", "root"), name
+    if container.labels[SERVICE_LABEL] == "proxy":  # no data: its spool volume
+        spool = [m for m in attrs["Mounts"] if m["Destination"] == "/var/spool/zoscii-proxy"]
+        assert [m["Name"] for m in spool] == [f"{project}_zoscii_proxy_spool"], attrs["Mounts"]
+        assert not [m for m in attrs["Mounts"] if m["Destination"] == "/data"], name
+        return
     data = [m for m in attrs["Mounts"] if m["Destination"] == "/data"]
     assert len(data) == 1 and data[0]["Type"] == "volume", (name, attrs["Mounts"])
     assert data[0]["Name"] == f"{project}_zoscii_data" and data[0]["RW"], (name, data)
@@ -91,11 +97,12 @@ def check_hardening(container: Container, project: str) -> None:
 def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_path: Path) -> None:
     compose = compose_command()
     project = f"zoscii-e2e-{e2e.run_id}"
-    api_port, stats_port, replikate_port, claireup_port = free_ports(4)
+    api_port, direct_port, stats_port, replikate_port, claireup_port = free_ports(5)
     env_file = tmp_path / "compose.env"
     settings = {
         **image_tag_env(),
         "ZOSCII_API_PORT": api_port,
+        "ZOSCII_API_DIRECT_PORT": direct_port,
         "ZOSCII_STATISSA_PORT": stats_port,
         "ZOSCII_REPLIKATE_METRICS_PORT": replikate_port,
         "ZOSCII_CLAIREUP_METRICS_PORT": claireup_port,
@@ -124,7 +131,7 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
         assert {c.labels[SERVICE_LABEL] for c in containers} == SERVICES
         assert len(containers) == len(SERVICES)
         took = wait_healthy(containers, timeout=UP_TIMEOUT)
-        log.info("all four services healthy after %.1f s", took)
+        log.info("all five services healthy after %.1f s", took)
 
         by_service = {c.labels[SERVICE_LABEL]: c for c in containers}
         for container in containers:
@@ -132,16 +139,35 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
             check_hardening(container, project)
         bindings = {
             service: by_service[service].attrs["HostConfig"]["PortBindings"][f"{port}/tcp"]
-            for service, port in (("replikate", 9101), ("claireup", 9102))
+            for service, port in (
+                ("proxy", 8080),
+                ("api", 8080),
+                ("replikate", 9101),
+                ("claireup", 9102),
+                ("statissa", 9103),
+            )
         }
-        assert bindings["replikate"] == [{"HostIp": "127.0.0.1", "HostPort": str(replikate_port)}]
-        assert bindings["claireup"] == [{"HostIp": "127.0.0.1", "HostPort": str(claireup_port)}]
+        assert [(b["HostIp"] or "0.0.0.0", b["HostPort"]) for b in bindings["proxy"]] == [
+            ("0.0.0.0", str(api_port))
+        ]
+        internal = {
+            "api": direct_port,
+            "replikate": replikate_port,
+            "claireup": claireup_port,
+            "statissa": stats_port,
+        }
+        for service, port in internal.items():
+            assert bindings[service] == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
 
-        api = f"http://{published_host(by_service['api'])}:{api_port}"
+        api = f"http://{published_host(by_service['proxy'])}:{api_port}"
         with requests.Session() as http:
             mq.publish_raw(http, api, "compose", mq.ALL_BYTES, 1)
             assert mq.bodies(mq.drain(http, api, "compose")) == [mq.ALL_BYTES]
-            stats = f"http://{published_host(by_service['statissa'])}:{stats_port}"
+            assert http.get(f"{api}/metrics", timeout=10).status_code == 404  # not public
+            direct = f"http://127.0.0.1:{direct_port}"
+            assert mq.bodies(mq.drain(http, direct, "compose")) == [mq.ALL_BYTES]
+            assert http.get(f"{direct}/metrics", timeout=10).status_code == 200
+            stats = f"http://127.0.0.1:{stats_port}"
             assert http.get(f"{stats}/healthz", timeout=10).status_code == 200
     finally:
         try:

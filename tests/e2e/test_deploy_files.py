@@ -1,7 +1,9 @@
 """The deployment definitions agree with docker-compose.yml, the one definition of the
 services: every compose variant (``deploy/compose.<variant>.yml``, an override applied on
 top of it) gives each service the same environment settings, and the cloud templates
-name only variables compose passes to the same service.
+name only variables compose passes to the same service. The proxy (nginx in front of the
+api) is the only service published on all interfaces; it is hardened like the others,
+and in the cloud templates it is the container that takes the requests.
 
 The variant tests run ``docker compose config`` (or docker-compose 1.29) as a user would
 combine the files; they need the compose binary, not a Docker engine, and are SKIPPED
@@ -25,7 +27,13 @@ from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT, load_services
 pytestmark = [pytest.mark.timeout(300)]
 
 VARIANTS = sorted((REPO_ROOT / "deploy").glob("compose.*.yml"))
-SERVICES = ("api", "replikate", "claireup", "statissa")
+SERVICES = ("api", "replikate", "claireup", "statissa")  # the ones with the data volume
+PROXY = "proxy"
+ALL_SERVICES = (PROXY, *SERVICES)
+NGINX_DIR = REPO_ROOT / "deploy" / "nginx"
+# Set only in the cloud templates, where every container of a task shares one network
+# namespace: the api moves off the proxy's port (compose gives each its own address).
+CLOUD_ONLY = {"api": {"ZOSCII_BIND"}}
 AWS_TASK = REPO_ROOT / "deploy" / "aws" / "fargate-task-definition.json"
 GCP_SERVICE = REPO_ROOT / "deploy" / "gcp" / "cloud-run-service.yaml"
 
@@ -46,7 +54,7 @@ def compose_variables(service: str) -> set[str]:
 
 
 def variable_names() -> set[str]:
-    return {name for service in SERVICES for name in compose_variables(service)}
+    return {name for service in ALL_SERVICES for name in compose_variables(service)}
 
 
 def probe_environment(tmp_path: Path) -> tuple[dict[str, str], Path]:
@@ -115,7 +123,7 @@ def test_there_are_variants_and_each_is_an_override() -> None:
     for variant in VARIANTS:
         document = yaml.safe_load(variant.read_text(encoding="utf-8"))
         for name, service in document["services"].items():
-            if name not in SERVICES:
+            if name not in ALL_SERVICES:
                 continue  # a service of the variant's own (bind: data-init)
             copied = {"image", "build", "healthcheck", "ports", "read_only"} & set(service or {})
             assert not copied, (
@@ -135,12 +143,12 @@ def test_every_variant_passes_every_setting_of_the_base(
     env, env_file = probe_environment(tmp_path)
     base = compose_config(compose_files(), env, env_file)
     combined = compose_config(compose_files(*variants), env, env_file)
-    assert set(base["services"]) == set(SERVICES)
+    assert set(base["services"]) == set(ALL_SERVICES)
     declared: dict[str, set[str]] = {}
     for variant in variants:
         for service, names in declared_environment(variant).items():
             declared.setdefault(service, set()).update(names)
-    for service in SERVICES:
+    for service in ALL_SERVICES:
         assert service in combined["services"], f"{service} missing with {variants}"
         want, got = environment(base, service), environment(combined, service)
         assert len(want) > 3 and all(v is not None for v in want.values()), want
@@ -224,19 +232,173 @@ def test_the_compose_build_context_holds_what_the_dockerfile_copies() -> None:
 def test_the_aws_task_sets_only_variables_compose_passes() -> None:
     task = json.loads(AWS_TASK.read_text(encoding="utf-8"))
     containers = {c["name"]: c for c in task["containerDefinitions"]}
-    assert set(containers) == set(SERVICES)
+    assert set(containers) == set(ALL_SERVICES)
     for name, container in containers.items():
         names = {e["name"] for e in container.get("environment", [])}
         names |= {s["name"] for s in container.get("secrets", [])}
-        unknown = sorted(names - compose_variables(name))
+        unknown = sorted(names - compose_variables(name) - CLOUD_ONLY.get(name, set()))
         assert not unknown, f"{AWS_TASK.name}: {name} sets {unknown}, unknown to compose"
 
 
 def test_the_cloud_run_service_sets_only_variables_compose_passes() -> None:
     document = yaml.safe_load(GCP_SERVICE.read_text(encoding="utf-8"))
     containers = {c["name"]: c for c in document["spec"]["template"]["spec"]["containers"]}
-    assert set(containers) == set(SERVICES)
+    assert set(containers) == set(ALL_SERVICES)
     for name, container in containers.items():
         names = {e["name"] for e in container.get("env", [])}
-        unknown = sorted(names - compose_variables(name))
+        unknown = sorted(names - compose_variables(name) - CLOUD_ONLY.get(name, set()))
         assert not unknown, f"{GCP_SERVICE.name}: {name} sets {unknown}, unknown to compose"
+
+
+# ---- the proxy and the published ports ------------------------------------------------
+
+
+def host_bindings(config: Mapping[str, Any], service: str) -> list[tuple[str, int]]:
+    """(host address, container port) of every published port, either compose's rendering
+    ("" for all interfaces)."""
+    found = []
+    for port in config["services"][service].get("ports") or []:
+        if isinstance(port, dict):  # compose v2: long syntax
+            found.append((str(port.get("host_ip") or ""), int(port["target"])))
+            continue
+        parts = str(port).split(":")
+        found.append((parts[0] if len(parts) == 3 else "", int(parts[-1].split("/")[0])))
+    return found
+
+
+@pytest.mark.parametrize(
+    "variants",
+    [()] + [(v,) for v in VARIANTS] + [tuple(VARIANTS)],
+    ids=["base"] + [v.stem.removeprefix("compose.") for v in VARIANTS] + ["all"],
+)
+def test_only_the_proxy_listens_beyond_this_host(
+    variants: tuple[Path, ...], tmp_path: Path
+) -> None:
+    """The proxy takes the public port (8080, ZOSCII_API_PORT, as before it); every other
+    published port is on ZOSCII_INTERNAL_ADDRESS, 127.0.0.1 unless set (issue 15)."""
+    env, env_file = probe_environment(tmp_path)
+    config = compose_config(compose_files(*variants), env, env_file)
+    public = {s: host_bindings(config, s) for s in config["services"]}
+    assert public[PROXY] in ([("", 8080)], [("0.0.0.0", 8080)]), public[PROXY]
+    for service, bindings in public.items():
+        if service == PROXY:
+            continue
+        wide = [b for b in bindings if b[0] != "127.0.0.1"]
+        assert not wide, f"{service} publishes {wide} beyond 127.0.0.1"
+    assert (("127.0.0.1", 8080)) in public["api"]  # the direct port, for this host only
+    opened = compose_config(
+        compose_files(*variants), {**env, "ZOSCII_INTERNAL_ADDRESS": "0.0.0.0"}, env_file
+    )
+    for service in SERVICES:
+        assert {host for host, _ in host_bindings(opened, service)} == {"0.0.0.0"}, service
+
+
+def test_the_proxy_is_hardened_like_the_services(tmp_path: Path) -> None:
+    env, env_file = probe_environment(tmp_path)
+    config = compose_config(compose_files(), env, env_file)
+    proxy, api = config["services"][PROXY], config["services"]["api"]
+    for name, service in ((PROXY, proxy), ("api", api)):
+        assert service.get("read_only") is True, name
+        assert service.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+        assert "/tmp" in service.get("tmpfs", []), name
+    assert not proxy.get("cap_add"), proxy.get("cap_add")  # port 8080, non-root: none needed
+    assert proxy.get("privileged") is not True and not proxy.get("user")  # the image's user
+    assert proxy["image"].startswith("zoscii/proxy:"), proxy["image"]
+    assert Path(proxy["build"]["context"]).resolve() == NGINX_DIR, proxy["build"]
+    assert "BASE_IMAGE" in proxy["build"]["args"]
+    assert proxy["healthcheck"]["test"][-1] == "/usr/local/bin/zoscii-proxy-health"
+    assert proxy["environment"]["ZOSCII_PROXY_UPSTREAM"] == "api:8080"
+    # the api's largest message reaches the proxy too (its body limit follows it)
+    assert proxy["environment"]["ZOSCII_MAX_MESSAGE_BYTES"] == "probe-ZOSCII_MAX_MESSAGE_BYTES"
+    mounts = [
+        str(v.get("target") if isinstance(v, dict) else v.split(":")[1])
+        for v in proxy.get("volumes", [])
+    ]
+    assert mounts == ["/var/spool/zoscii-proxy"], mounts  # no /data
+
+
+def test_the_proxy_image_copies_only_what_images_sh_sends() -> None:
+    """deploy/images.sh builds the proxy from a context of the files it names (as it does
+    for the services): each COPY of deploy/nginx/Dockerfile must be one of them."""
+    dockerfile = (NGINX_DIR / "Dockerfile").read_text(encoding="utf-8")
+    assert "ARG BASE_IMAGE=" in dockerfile and "FROM ${BASE_IMAGE}" in dockerfile
+    assert "\nUSER " in dockerfile and "HEALTHCHECK" in dockerfile
+    copied = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ")]
+    assert copied, "no COPY in deploy/nginx/Dockerfile"
+    script = (REPO_ROOT / "deploy" / "images.sh").read_text(encoding="utf-8")
+    for source in copied:
+        assert (NGINX_DIR / source).is_file(), source
+        assert source in script, f"deploy/images.sh does not send {source} to the build"
+
+
+def test_the_nginx_configuration_buffers_and_keeps_secrets_out_of_its_log() -> None:
+    """The properties issue 15 needs, read from the template: whole requests before the
+    api, short head/body timeouts, keep-alive to the api, bodies spooled to disk, no query
+    string in the access log (queue names, GET messages), /metrics not proxied."""
+    conf = (NGINX_DIR / "nginx.conf.template").read_text(encoding="utf-8")
+    lines = [line.split("#")[0].strip() for line in conf.splitlines()]
+    directives = [line for line in lines if line]
+
+    def has(prefix: str) -> bool:
+        return any(line.startswith(prefix) for line in directives)
+
+    for wanted in (
+        "proxy_request_buffering on;",
+        "proxy_buffering on;",
+        "client_header_timeout @HEADER_TIMEOUT@s;",
+        "client_body_timeout @BODY_TIMEOUT@s;",
+        "client_body_buffer_size ",
+        "client_body_temp_path /var/spool/zoscii-proxy/",
+        "client_max_body_size @MAX_BODY_BYTES@;",
+        "proxy_http_version 1.1;",
+        'proxy_set_header Connection "";',
+        "proxy_set_header X-Forwarded-For $remote_addr;",
+        "proxy_set_header X-Request-ID ",
+        "keepalive 32;",
+    ):
+        assert has(wanted), f"nginx.conf.template lacks {wanted!r}"
+    log_format = conf[conf.index("log_format") : conf.index("access_log")]
+    for leak in ("$request ", "$request_uri", "$args", "$query_string", "$arg_", "$http_referer"):
+        assert leak not in log_format, f"the access log would contain {leak}"
+    assert '$request"' not in log_format and "$request'" not in log_format
+    metrics = conf[conf.index("location = /metrics") :]
+    metrics = metrics[: metrics.index("}")]
+    assert "proxy_pass" not in metrics and "return 404" in metrics
+
+
+def test_the_cloud_templates_put_the_proxy_in_front() -> None:
+    task = json.loads(AWS_TASK.read_text(encoding="utf-8"))
+    aws = {c["name"]: c for c in task["containerDefinitions"]}
+    assert {n for n, c in aws.items() if c.get("essential")} == {PROXY, "api"}
+    assert [p["containerPort"] for p in aws[PROXY]["portMappings"]] == [8080]
+    assert not aws["api"].get("portMappings")  # reached through the proxy only
+    aws_env = {e["name"]: e["value"] for e in aws["api"]["environment"]}
+    proxy_env = {e["name"]: e["value"] for e in aws[PROXY]["environment"]}
+    assert aws_env["ZOSCII_BIND"].startswith("127.0.0.1:"), aws_env["ZOSCII_BIND"]
+    assert proxy_env["ZOSCII_PROXY_UPSTREAM"] == aws_env["ZOSCII_BIND"]
+    assert {"containerName": "api", "condition": "HEALTHY"} in aws[PROXY]["dependsOn"]
+    for container in aws.values():
+        assert container["readonlyRootFilesystem"] is True, container["name"]
+        assert container["linuxParameters"]["capabilities"]["drop"] == ["ALL"]
+
+    document = yaml.safe_load(GCP_SERVICE.read_text(encoding="utf-8"))
+    template = document["spec"]["template"]
+    run = {c["name"]: c for c in template["spec"]["containers"]}
+    ingress = [n for n, c in run.items() if c.get("ports")]
+    assert ingress == [PROXY], ingress  # one container takes the requests: the proxy
+    assert run[PROXY]["ports"][0]["containerPort"] == 8080
+    # Concurrency above 1 needs at least 1 CPU; below 1 CPU only 0.08..1 in steps of 0.01.
+    assert int(template["spec"]["containerConcurrency"]) > 1
+    for name, container in run.items():
+        cpu = float(container["resources"]["limits"]["cpu"])
+        assert (cpu >= 1 and cpu == int(cpu)) or (0.08 <= cpu < 1), (name, cpu)
+    assert float(run[PROXY]["resources"]["limits"]["cpu"]) >= 1
+    run_api = {e["name"]: e["value"] for e in run["api"]["env"]}
+    run_proxy = {e["name"]: e["value"] for e in run[PROXY]["env"]}
+    assert run_proxy["ZOSCII_PROXY_UPSTREAM"].endswith(run_api["ZOSCII_BIND"].split(":")[-1])
+    assert run_proxy["ZOSCII_MAX_MESSAGE_BYTES"] == run_api["ZOSCII_MAX_MESSAGE_BYTES"]
+    dependencies = json.loads(
+        template["metadata"]["annotations"]["run.googleapis.com/container-dependencies"]
+    )
+    assert dependencies[PROXY] == ["api"]

@@ -317,3 +317,27 @@ def test_many_concurrent_consumes_and_acks_on_one_group(gateway: GatewayProcess)
     assert "lost while dispatching" not in gateway.log()
     time.sleep(0.2)
     assert gateway.groups().stats(queue, "phpmq").acked == count
+
+
+def test_the_queue_policy_applies_to_what_phpmq_clients_send(tmp_path) -> None:
+    """The api's policy file (ZOSCII_POLICY_FILE): the queue's default retention is in
+    the names the gateway gives, and a full queue with ``refuse`` keeps nothing more."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[queues."audit"]\nretention_days = 90\nmax_messages = 2\n')
+    gateway = GatewayProcess(
+        tmp_path / "data", ZOSCII_POLICY_FILE=str(policy), ZOSCII_DEFAULT_RETENTION_DAYS="7"
+    ).start()
+    try:
+        with gateway.connect() as client:  # PHPMQ has no error reply: a refusal closes
+            for content in (b"one", b"two", b"three"):
+                client.send(wire.send("audit", content))
+            gateway.wait_for_log("Queue 'audit' is full", timeout=10)
+        with gateway.connect() as client:
+            client.send(wire.send("other", b"x"))
+        assert gateway.wait_for_messages("other", 1, timeout=10) == [b"x"]
+        audit = gateway.messages("audit")
+        assert [data for _, data in audit] == [b"one", b"two"]
+        assert all(name[19:23] == "0090" for name, _ in audit)
+        assert gateway.messages("other")[0][0][19:23] == "0007"
+    finally:
+        gateway.kill()

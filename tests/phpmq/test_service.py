@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_defaults() -> None:
     settings = Settings.from_env({"ZOSCII_DEFAULT_RETENTION_DAYS": "30"})
     assert (settings.port, settings.metrics_port, settings.group) == (9100, 9104, "phpmq")
-    assert settings.retention == 30  # the core's default unless the gateway has its own
+    assert settings.retention("q") == 30  # the core's default unless the gateway has its own
     assert not settings.access.enabled
     custom = Settings.from_env(
         {
@@ -41,7 +41,7 @@ def test_defaults() -> None:
             "ZOSCII_PHPMQ_QUEUE_GROUPS": "Orders=billing, invoices=workers",
         }
     )
-    assert custom.retention == 0
+    assert custom.retention("q") == 0
     assert [custom.group_of(q) for q in ("orders", "invoices", "other")] == [
         "billing",
         "workers",
@@ -292,7 +292,7 @@ def test_the_compose_override_is_hardened_and_shares_the_apis_data() -> None:
     assert service["volumes_from"] == ["api"]
     assert "9104/healthz" in " ".join(service["healthcheck"]["test"])
     assert service["ports"][0].startswith("${ZOSCII_PHPMQ_ADDRESS:-127.0.0.1}:")
-    assert service["ports"][1].startswith("127.0.0.1:")
+    assert service["ports"][1].startswith("${ZOSCII_INTERNAL_ADDRESS:-127.0.0.1}:")
     env = service["environment"]
     assert env["ZOSCII_DATA_DIR"] == "/data"
     assert {"ZOSCII_AUTH_FILE", "ZOSCII_AUTH_CLIENTS", "ZOSCII_MAX_DELIVERIES"} <= set(env)

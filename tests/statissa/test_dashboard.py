@@ -12,7 +12,7 @@ from werkzeug.test import Client
 from zoscii_statissa.snapshots import SnapshotKeeper
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "zoscii-mq.json"
-OURS = re.compile(r"\bzoscii_(?:queue|store|storage|queues|replikate|statissa)[a-z0-9_]*")
+OURS = re.compile(r"\bzoscii_(?:queue|store|storage|queues|replikate_pointer|statissa)[a-z0-9_]*")
 
 
 def _panels() -> list[dict]:

@@ -222,13 +222,13 @@ class _Run:
 
     # --- the core's own data -----------------------------------------------------------
     def clean_indexes(self) -> None:
-        """Indexes and journals of queues that no longer exist, and torn rewrites."""
+        """Indexes, journals and sidecars of queues that no longer exist, torn rewrites."""
         tally = self.report.tally(AREA_INDEX)
         for found in walk.iter_index_files(self.data_dir, self._on_error(tally)):
             self._tick(tally, "index")
             if found.kind is Kind.LEFTOVER:
                 self._delete_if_older(found, self.cleaner.temp_max_age_seconds, tally)
-            elif found.kind in (Kind.INDEX, Kind.JOURNAL) and found.queue is not None:
+            elif found.kind in (Kind.INDEX, Kind.JOURNAL, Kind.SIDECAR) and found.queue:
                 self._delete_if_queue_vanished(found, found.queue, tally)
             # anything else is not ours to judge: the core may keep other files here
 

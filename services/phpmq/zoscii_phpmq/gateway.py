@@ -180,7 +180,7 @@ class Gateway:
         self.settings = settings
         self.metrics = metrics
         self.data_dir = DataDir(settings.data_dir)
-        self.queues = QueueStore(self.data_dir)
+        self.queues = QueueStore(self.data_dir, limits=settings.policy.limits_for)
         self.groups = ConsumerGroups(
             self.data_dir, self.queues, max_deliveries=settings.max_deliveries
         )
@@ -416,7 +416,7 @@ class Gateway:
         expires_at = time.time() + ttl if ttl else None
         assert isinstance(message.content, UploadSink)
         upload = message.content.upload
-        outgoing = Outgoing(upload, self.settings.retention, None, expires_at)
+        outgoing = Outgoing(upload, self.settings.retention(queue), None, expires_at)
         try:
             name = await self.run(self._publish, queue, outgoing)
         except ZosciiError as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 from zosciimq.access import AccessControl, load_access_control
 from zosciimq.core.groups import DEFAULT_MAX_DELIVERIES, clean_group
 from zosciimq.core.names import clean_queue
+from zosciimq.core.policy import PolicySource
 from zosciimq.errors import InvalidInput
 from zosciimq.service.logs import log_settings
 from zosciimq.settings import CoreSettings, SettingsError, env_field, env_int, read_env
@@ -98,17 +99,19 @@ class Settings:
     )
     blocked_queues: frozenset[str] = env_field("ZOSCII_BLOCKED_QUEUES", frozenset(), parse=_queues)
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
+    # The api's queue policy (ZOSCII_POLICY_FILE): per-queue retention and limits.
+    policy: PolicySource = field(default_factory=PolicySource)
     log: tuple[str, str] = field(default_factory=lambda: log_settings({}))
 
     @property
     def data_dir(self) -> Path:
         return self.core.data_dir
 
-    @property
-    def retention(self) -> int:
-        """Retention of a published message: the gateway's, else the core's default."""
+    def retention(self, queue: str) -> int:
+        """Retention of a message published to ``queue``: the gateway's setting, else
+        the queue policy's default for the queue, else the core's default."""
         if self.retention_days is None:
-            return self.core.default_retention_days
+            return self.policy.retention_for(queue, self.core.default_retention_days)
         return self.retention_days
 
     def group_of(self, queue: str) -> str:
@@ -126,6 +129,7 @@ class Settings:
             env,
             core=CoreSettings.from_env(env),
             access=load_access_control(env),
+            policy=PolicySource(env.get("ZOSCII_POLICY_FILE", "").strip() or None),
             log=log_settings(env),
         )
 

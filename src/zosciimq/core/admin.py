@@ -259,6 +259,7 @@ class QueueAdmin:
                 self.data_dir.index_path(queue),
                 self.data_dir.journal_path(queue),
                 self.data_dir.ttl_path(queue),
+                self.data_dir.usage_path(queue),
             ):
                 unlink_quietly(path)
             for group in groups:

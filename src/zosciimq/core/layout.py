@@ -31,6 +31,7 @@ def leftover_path(path: str | os.PathLike[str]) -> str:
 INDEX_SUFFIX = ".idx"  # .zoscii/index/<queue>.idx
 JOURNAL_SUFFIX = ".journal"  # .zoscii/index/<queue>.journal
 TTL_SUFFIX = ".ttl"  # .zoscii/index/<queue>.ttl: expiry of messages published with a TTL
+USAGE_SUFFIX = ".usage"
 GROUP_SUFFIX = ".log"  # .zoscii/groups/<queue>/<group>.log: a consumer group's state
 
 
@@ -92,6 +93,10 @@ class DataDir:
     def ttl_path(self, queue: str) -> Path:
         """Expiry times of a queue's messages that were published with a TTL."""
         return self.indexes / f"{queue}{TTL_SUFFIX}"
+
+    def usage_path(self, queue: str) -> Path:
+        """A queue's cached message count and bytes, for its policy limits (core.policy)."""
+        return self.indexes / f"{queue}{USAGE_SUFFIX}"
 
     @property
     def groups(self) -> Path:

@@ -56,7 +56,6 @@ log = logging.getLogger("zosciimq.core.policy")
 REFUSE = "refuse"
 DROP_OLDEST = "drop_oldest"
 WHEN_FULL = (REFUSE, DROP_OLDEST)
-USAGE_SUFFIX = ".usage"  # .zoscii/index/<queue>.usage: the cached counts (see above)
 REBUILD_AFTER = 1024  # dropped records the index keeps before it is rebuilt
 _KEYS = ("retention_days", "max_messages", "max_bytes", "when_full")
 _PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-*?[]!")

@@ -241,7 +241,7 @@ class QueueStore:
         policy.write_usage(self._usage_path(files), usage)
 
     def _usage_path(self, files: QueueFiles) -> str:
-        return str(self.data_dir.indexes / f"{files.name}{policy.USAGE_SUFFIX}")
+        return str(self.data_dir.usage_path(files.name))
 
     def _allocate(
         self, group: list[_Submission], header: idx.IndexHeader

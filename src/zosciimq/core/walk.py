@@ -26,6 +26,8 @@ from zosciimq.core.layout import (
     JOURNAL_SUFFIX,
     LEFTOVER_PREFIX,
     LEFTOVER_SUFFIX,
+    TTL_SUFFIX,
+    USAGE_SUFFIX,
     DataDir,
 )
 from zosciimq.core.names import (
@@ -53,6 +55,7 @@ class Kind(StrEnum):
     UPLOAD = "upload"  # a file in queues/temp: an upload in progress or a crash's leftover
     INDEX = "index"  # .zoscii/index/<q>.idx: Found.queue
     JOURNAL = "journal"  # .zoscii/index/<q>.journal: Found.queue
+    SIDECAR = "sidecar"  # .zoscii/index/<q>.ttl or <q>.usage (expiries, policy counts)
     LEFTOVER = "leftover"  # .zoscii/index/.<name>.<hex>.tmp: Found.queue when it can tell
 
 
@@ -149,8 +152,8 @@ def iter_uploads(data_dir: DataDir, on_error: OnError | None = None) -> Iterator
 
 # --- the core's own files ----------------------------------------------------------------
 def iter_index_files(data_dir: DataDir, on_error: OnError | None = None) -> Iterator[Found]:
-    """The entries of ``.zoscii/index``: each queue's INDEX and JOURNAL, LEFTOVERs of
-    rewrites, and STRAY for anything else (not a regular file, or a name the core does
+    """The entries of ``.zoscii/index``: each queue's INDEX, JOURNAL and SIDECARs,
+    LEFTOVERs of rewrites, and STRAY for anything else (not a regular file, or a name the core does
     not write: it may keep other files here in a later version)."""
     for entry in _scan(data_dir.indexes, on_error):
         yield _index_file(entry)
@@ -171,13 +174,22 @@ def _index_file(entry: os.DirEntry[str]) -> Found:
 
 
 def _queue_of(name: str) -> tuple[Kind | None, str | None]:
-    """(INDEX or JOURNAL, queue) for ``<q>.idx`` or ``<q>.journal``, else (None, None)."""
-    for kind, suffix in ((Kind.INDEX, INDEX_SUFFIX), (Kind.JOURNAL, JOURNAL_SUFFIX)):
+    """(kind, queue) for ``<q>.idx``, ``<q>.journal``, ``<q>.ttl``, ``<q>.usage``, else
+    (None, None)."""
+    for kind, suffix in _PER_QUEUE:
         if name.endswith(suffix):
             queue = name[: -len(suffix)]
             if is_queue_name(queue):
                 return kind, queue
     return None, None
+
+
+_PER_QUEUE = (
+    (Kind.INDEX, INDEX_SUFFIX),
+    (Kind.JOURNAL, JOURNAL_SUFFIX),
+    (Kind.SIDECAR, TTL_SUFFIX),
+    (Kind.SIDECAR, USAGE_SUFFIX),
+)
 
 
 # --- helpers -----------------------------------------------------------------------------
