@@ -33,6 +33,7 @@ from bench import (
     original,
     publish,
     slow_clients,
+    spark_scale,
     versus,
     work_bench,
 )
@@ -73,6 +74,9 @@ SCENARIOS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "slow-clients": slow_clients.run,
     # work queues: consume+ack from 8 consumers beside a pointer fetch, alternating rounds
     "work": work_bench.run,
+    # statissa at 100k/1M files (ZOSCII_BENCH_SCALE_FILES): local[*], a two-worker
+    # cluster, scandir and find, alternating rounds; not in --quick (minutes of generation)
+    "statissa-scale": spark_scale.run,
 }
 
 
