@@ -14,6 +14,7 @@ from zosciimq.core import DataDir, QueueStore, Upload
 from zosciimq.core import groups as groups_module
 from zosciimq.core.groups import ConsumerGroups, dead_letter_queue
 from zosciimq.core.queues import Outgoing
+from zosciimq.errors import InvalidInput
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -178,6 +179,27 @@ def test_a_retried_settlement_answers_as_the_first_and_is_not_applied_twice(
     compacted = ConsumerGroups(data_dir, queues, clock=lease_clock, max_deliveries=3)
     assert retried(compacted) == ["ok", "ok", "ok", "fenced", "unknown"]
     assert compacted.stats("q", "g").leased == 1
+
+
+def test_a_malformed_receipt_in_a_list_settles_none_and_no_answered_ack_is_lost(
+    data_dir, queues, groups, lease_clock
+) -> None:
+    """One bad receipt among good ones fails the call whole (nothing settled, in memory
+    or in the log), so a retried ack that answers ok is an ack on disk: a new process
+    agrees."""
+    put(data_dir, queues, "q", b"1", b"2")
+    (one, two), _ = take(groups, count=2)
+    for settle in (groups.ack, groups.requeue, groups.dead_letter):
+        with pytest.raises(InvalidInput):
+            settle("q", "g", [one.receipt, "not-a-receipt"])
+    assert groups.stats("q", "g").leased == 2
+    assert groups.ack("q", "g", [one.receipt])[0].result == "ok"
+    fresh = ConsumerGroups(data_dir, queues, clock=lease_clock, max_deliveries=3)
+    assert fresh.ack("q", "g", [one.receipt])[0].result == "ok"
+    stats = fresh.stats("q", "g")
+    assert (stats.acked, stats.leased, stats.dead_lettered) == (1, 1, 0)
+    assert not data_dir.queue_dir(dead_letter_queue("q", "g")).exists()
+    assert fresh.ack("q", "g", [two.receipt])[0].result == "ok"
 
 
 def test_state_survives_a_new_process_and_a_torn_last_line(data_dir, queues, groups, lease_clock):

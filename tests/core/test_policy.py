@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.conftest import publish_many
+from tests.core.conftest import publish_many, uploads_of
 from tests.support.queues import publish_body, queue_contents
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core.policy import (
@@ -16,6 +16,7 @@ from zosciimq.core.policy import (
     QueueRule,
     parse_policy,
 )
+from zosciimq.core.queues import Outgoing, _Submission
 from zosciimq.errors import QueueFull
 from zosciimq.settings import SettingsError
 
@@ -182,3 +183,42 @@ def test_drop_oldest_by_bytes_and_the_index_is_rebuilt_eventually(
         publish_body(queues, "q", b"%02d" % i)
     assert [body for _, body in queue_contents(data_dir, "q")] == [b"17", b"18", b"19"]
     assert queues.depth("q") < 10  # dropped records do not pile up in the index
+
+
+def test_a_refused_publish_writes_nothing_of_itself_even_in_a_shared_commit(
+    data_dir: DataDir, clock
+) -> None:
+    """Refusal is per publish and all or nothing: a refused batch leaves no message, no
+    nonce marker and no upload, so its retry is stored once there is room; a publish that
+    fits and shares the commit is kept whole."""
+    queues = _store(data_dir, clock, '[queues."q"]\nmax_messages = 3')
+    first = publish_body(queues, "q", b"first").name
+    with pytest.raises(QueueFull):
+        publish_many(queues, data_dir, "q", [b"a", b"b", b"c"], nonces=["n1", "n2", "n3"])
+    assert [n for n, _ in queue_contents(data_dir, "q")] == [first]
+    assert not any(data_dir.nonce_path(n).exists() for n in ("n1", "n2", "n3"))
+    assert list(data_dir.temp.iterdir()) == []
+
+    fits, over = (
+        _Submission([Outgoing(u, 1, n) for u, n in zip(uploads, nonces, strict=True)])
+        for uploads, nonces in (
+            (uploads_of(data_dir, [b"fits"]), ["f1"]),
+            (uploads_of(data_dir, [b"x", b"y"]), ["o1", "o2"]),
+        )
+    )
+    try:
+        with queues._open.use("q") as files:  # one commit for both, as concurrent publishers
+            queues._commit(files, [fits, over])
+    finally:
+        for message in [*fits.messages, *over.messages]:
+            message.upload.discard()
+    assert fits.error is None and isinstance(over.error, QueueFull)
+    contents = queue_contents(data_dir, "q")
+    assert [body for _, body in contents] == [b"first", b"fits"]
+    assert data_dir.nonce_path("f1").exists()
+    assert not any(data_dir.nonce_path(n).exists() for n in ("o1", "o2"))
+
+    os.unlink(data_dir.queue_dir("q") / first)  # room again: the retries go through
+    results = publish_many(queues, data_dir, "q", [b"x", b"y"], nonces=["o1", "o2"])
+    assert [r.duplicate for r in results] == [False, False]
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"fits", b"x", b"y"]

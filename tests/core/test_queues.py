@@ -1,12 +1,15 @@
 """Queues: ordering, visibility, nonces, the index as a cache, and crashes."""
 
+import bisect
 import errno
 import hashlib
+import itertools
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -385,3 +388,54 @@ def test_links_planted_in_the_data_directory_are_never_followed(
     later = publish("q", b"later")
     assert not index.is_symlink() and (outside / "secret").read_bytes() == b"not yours"
     assert [body for _, body in drain(queues, "q")] == [b"first", b"later"] and later
+
+
+_TIMED_PUBLISHER = """
+import sys, time
+from zosciimq.core import DataDir, QueueStore, Upload
+root, queue, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+layout = DataDir(root)
+queues = QueueStore(layout)
+while time.monotonic_ns() < go:
+    time.sleep(0.001)
+for i in range(count):
+    began = time.monotonic_ns()
+    with Upload(layout) as upload:
+        upload.write(b"%d" % i)
+        name = queues.publish(queue, upload, retention_days=1).name
+    print(began, time.monotonic_ns(), name, flush=True)
+"""
+
+
+def test_names_rise_in_acknowledgement_order_across_processes(tmp_path) -> None:
+    """Three processes publishing at once: a publish that began after another one (of any
+    process) was acknowledged always has the higher name. (CLOCK_MONOTONIC is one clock
+    for every process of the machine.)"""
+    data_dir = DataDir(tmp_path / "data")
+    data_dir.ensure()
+    go = time.monotonic_ns() + 1_500_000_000  # the interpreters start, then all at once
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TIMED_PUBLISHER, str(data_dir.root), "q", "150", str(go)],
+            stdout=subprocess.PIPE,
+            cwd=REPO,
+        )
+        for _ in range(3)
+    ]
+    spans = []
+    for child in children:
+        out, _ = child.communicate(timeout=120)
+        assert child.returncode == 0
+        for line in out.decode().splitlines():
+            began, ended, name = line.split()
+            spans.append((int(began), int(ended), name))
+    names = [name for _, _, name in spans]
+    assert len(set(names)) == 450
+    assert [n for n, _ in drain(QueueStore(data_dir), "q")] == sorted(names)
+    by_end = sorted(spans, key=lambda span: span[1])
+    ends = [ended for _, ended, _ in by_end]
+    highest = list(itertools.accumulate((name for _, _, name in by_end), max))
+    for began, _, name in spans:
+        done_before = bisect.bisect_left(ends, began)  # acknowledged before this began
+        if done_before:
+            assert highest[done_before - 1] < name, "a later publish got a lower name"

@@ -38,7 +38,6 @@ from zosciimq.core.locking import FileLock
 from zosciimq.core.names import clean_queue, format_stamp, is_message_name, parse_name
 from zosciimq.core.queues import QueueStore
 
-TRASH_DIR = "trash"  # .zoscii/trash/<queue>.<hex>: a deleted queue on its way out
 TRASH_MAX_AGE_SECONDS = 3600  # older entries are a crashed delete's: swept by the next
 
 
@@ -237,7 +236,7 @@ class QueueAdmin:
         queue = clean_queue(queue)
         self._check_dir(queue)
         groups = self.groups.groups_of(queue)
-        trash = self.data_dir.internal / TRASH_DIR
+        trash = self.data_dir.trash
         ensure_dir(trash)
         target = str(trash / f"{queue}.{uuid.uuid4().hex}")
         count = size = 0

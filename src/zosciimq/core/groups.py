@@ -38,13 +38,20 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
 
-from zosciimq.core.durable import ensure_dir, raise_if_full
+from zosciimq.core.durable import atomic_write, ensure_dir, raise_if_full
 from zosciimq.core.errors import InvalidInput, QueueNotFound
-from zosciimq.core.layout import LEFTOVER_PREFIX, LEFTOVER_SUFFIX, DataDir, leftover_path
+from zosciimq.core.layout import GROUP_SUFFIX, LEFTOVER_PREFIX, LEFTOVER_SUFFIX, DataDir
 from zosciimq.core.locking import FileLock
-from zosciimq.core.names import MAX_TOKEN_LENGTH, clean_queue, is_queue_name, parse_name
+from zosciimq.core.names import (
+    MAX_TOKEN_LENGTH,
+    clean_queue,
+    is_message_name,
+    is_queue_name,
+    parse_name,
+)
 from zosciimq.core.queues import Outgoing, QueueStore
 from zosciimq.core.upload import Upload
 from zosciimq.errors import Fenced
@@ -224,21 +231,15 @@ class ConsumerGroups:
     def ack(self, queue: str, group: str, receipts: Sequence[str]) -> list[Outcome]:
         """Finish each receipt's message for the group. Repeating an ack that succeeded
         answers ``ok`` again (a retry after a lost reply)."""
-        outcomes = []
         with self._locked(queue, group) as (state, writer):
-            for receipt in receipts:
-                name, token = parse_receipt(receipt)
-                entry = state.open.get(name)
-                if entry is not None and entry.token == token:
-                    del state.open[name]
-                    state.acked += 1
-                    state.remember(receipt, "A")
-                    writer.line("A", name, token)
-                    outcomes.append(Outcome(receipt, "ok", name))
-                elif state.recent.get(receipt) == "A":
-                    outcomes.append(Outcome(receipt, "ok", name))
-                else:
-                    outcomes.append(Outcome(receipt, _why_not(entry), name))
+
+            def finish(receipt: str, name: str, token: str, entry: _Open) -> None:
+                del state.open[name]
+                state.acked += 1
+                state.remember(receipt, "A")
+                writer.line("A", name, token)
+
+            outcomes = _settle(state, receipts, "A", finish)
             writer.flush(sync=True)
         return outcomes
 
@@ -253,16 +254,11 @@ class ConsumerGroups:
     ) -> list[Outcome]:
         """End the lease now; the message waits ``delay`` seconds and its turn behind the
         messages waiting now. ``ttl``: a new time to live from now (0: none)."""
-        outcomes = []
         with self._locked(queue, group) as (state, writer):
             now = self.clock()
-            behind = self._queue_end(queue)
-            for receipt in receipts:
-                name, token = parse_receipt(receipt)
-                entry = state.open.get(name)
-                if entry is None or entry.token != token:
-                    outcomes.append(_not_held(state, receipt, name, entry, "Q"))
-                    continue
+            behind = self.queues.last_name(queue)  # the queue's end now: it waits behind it
+
+            def put_back(receipt: str, name: str, token: str, entry: _Open) -> None:
                 state.remember(receipt, "Q")
                 entry.token, entry.lease_until = "", 0.0
                 entry.available_at = now + max(0.0, delay)
@@ -277,7 +273,8 @@ class ConsumerGroups:
                     behind or "-",
                     _ms_or(entry.expires_at),
                 )
-                outcomes.append(Outcome(receipt, "ok", name))
+
+            outcomes = _settle(state, receipts, "Q", put_back)
             writer.flush(sync=True)
         return outcomes
 
@@ -285,16 +282,12 @@ class ConsumerGroups:
         self, queue: str, group: str, receipts: Sequence[str], *, reason: str = "rejected"
     ) -> list[Outcome]:
         """Move each receipt's message out of the group's way into its dead letters."""
-        outcomes = []
         with self._locked(queue, group) as (state, writer):
-            for receipt in receipts:
-                name, token = parse_receipt(receipt)
-                entry = state.open.get(name)
-                if entry is None or entry.token != token:
-                    outcomes.append(_not_held(state, receipt, name, entry, "X"))
-                    continue
+
+            def bury(receipt: str, name: str, token: str, entry: _Open) -> None:
                 self._bury(queue, group, state, writer, name, reason, token)
-                outcomes.append(Outcome(receipt, "ok", name))
+
+            outcomes = _settle(state, receipts, "X", bury)
             writer.flush(sync=True)
         return outcomes
 
@@ -350,9 +343,9 @@ class ConsumerGroups:
     def groups_of(self, queue: str) -> list[str]:
         try:
             return sorted(
-                p.name.removesuffix(".log")
-                for p in (self.data_dir.groups / queue).iterdir()
-                if p.name.endswith(".log")
+                p.name.removesuffix(GROUP_SUFFIX)
+                for p in self.data_dir.group_dir(queue).iterdir()
+                if p.name.endswith(GROUP_SUFFIX)
             )
         except FileNotFoundError:
             return []
@@ -449,7 +442,7 @@ class ConsumerGroups:
 
     def discard_locked(self, queue: str, group: str) -> list[tuple[str, int]]:
         """Delete a group's log and leftovers while the caller holds its group lock
-        (``core.admin.delete_queue`` holds them with the queue lock, so no consumer can
+        (``core.admin.QueueAdmin.delete`` holds them with the queue lock, so no consumer can
         write between the queue's removal and its groups'); (path, bytes) deleted."""
         queue, group = clean_queue(queue), clean_group(group)
         found = _files_of(str(self.data_dir.group_log_path(queue, group)))
@@ -466,7 +459,7 @@ class ConsumerGroups:
         if os.path.isdir(self.data_dir.queue_dir(queue)):
             return False
         try:
-            os.rmdir(self.data_dir.groups / queue)
+            os.rmdir(self.data_dir.group_dir(queue))
         except FileNotFoundError:
             return False
         except OSError as exc:
@@ -483,7 +476,7 @@ class ConsumerGroups:
         def is_gone(name: str) -> bool:
             found = gone.get(name)
             if found is None:
-                found = gone[name] = _is_message_name(name) and not os.path.lexists(
+                found = gone[name] = is_message_name(name) and not os.path.lexists(
                     os.path.join(directory, name)
                 )
             return found
@@ -567,7 +560,8 @@ class ConsumerGroups:
                 os.path.join(self.data_dir.queue_dir(queue), name),
                 os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
             )
-        except FileNotFoundError:  # deleted by retention meanwhile: nothing to deliver
+        except (FileNotFoundError, ValueError):  # deleted by retention meanwhile (or a
+            # record a power loss zeroed, as QueueStore._open_after): nothing to deliver
             del state.open[name]
             writer.line("G", name)
             return None
@@ -622,7 +616,7 @@ class ConsumerGroups:
                 state.open.pop(name, None)
                 writer.line("G", name)
                 return
-            retention = int(name[19:23])
+            retention = parse_name(name).retention_days
             self.queues.publish_many(target, [Outgoing(upload, retention)])
         finally:
             upload.discard()
@@ -635,10 +629,6 @@ class ConsumerGroups:
             writer.line("X", name, reason)
         writer.must_sync = True
         log.info("%s/%s: %s dead-lettered into %s (%s)", queue, group, name, target, reason)
-
-    def _queue_end(self, queue: str) -> str:
-        """The last name of the queue now (a requeued message waits behind it)."""
-        return self.queues.last_name(queue)
 
     # --- the log --------------------------------------------------------------------------------
     @contextmanager
@@ -658,14 +648,17 @@ class ConsumerGroups:
                 _replay(path, state)
                 yield state, writer
                 writer.flush(sync=writer.must_sync)
-                state.offset = writer.offset_after(state.offset)
+                state.offset += writer.bytes
                 state.lines += writer.written
                 snapshot = 1 + len(state.open) + len(state.recent)
                 if state.lines > max(COMPACT_AFTER_LINES, 2 * snapshot):
                     _compact(path, state)
-            except OSError as exc:
-                state.ino = 0  # read it all again next time: what reached the file is unsure
-                raise_if_full(exc)
+            except BaseException as exc:
+                # Read it all again next time: what reached the file is unsure, and the
+                # state may hold changes whose lines were never written.
+                state.ino = 0
+                if isinstance(exc, OSError):
+                    raise_if_full(exc)
                 raise
             finally:
                 writer.close()
@@ -707,9 +700,6 @@ class _LogWriter:
             os.close(fd)
         self.written += data.count(b"\n")
         self.bytes += len(data)
-
-    def offset_after(self, offset: int) -> int:
-        return offset + self.bytes
 
     def close(self) -> None:
         self.pending.clear()
@@ -815,12 +805,7 @@ def _compact(path: str, state: _State) -> None:
         *(f"K {receipt} {how}" for receipt, how in state.recent.items()),
     ]
     data = "".join(f"{t} {zlib.crc32(t.encode()):08x}\n" for t in lines).encode("ascii")
-    tmp = leftover_path(path)
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fdatasync(out.fileno())
-    os.replace(tmp, path)
+    atomic_write(Path(path), data)
     state.ino, state.offset, state.lines = os.stat(path).st_ino, len(data), len(lines)
     state.head = data[: min(data.index(b"\n"), _HEAD)]
 
@@ -853,12 +838,24 @@ def _files_of(path: str) -> list[tuple[str, int]]:
     return files + _leftovers(path)
 
 
-def _is_message_name(name: str) -> bool:
-    try:
-        parse_name(name)
-    except InvalidInput:
-        return False
-    return True
+def _settle(
+    state: _State,
+    receipts: Sequence[str],
+    how: str,
+    apply: Callable[[str, str, str, _Open], None],
+) -> list[Outcome]:
+    """Each receipt's outcome; ``apply(receipt, name, token, entry)`` settles (as ``how``:
+    "A", "Q" or "X") those that hold their message's current delivery. Every receipt is
+    checked first: one malformed receipt settles none of them."""
+    outcomes = []
+    for receipt, (name, token) in [(r, parse_receipt(r)) for r in receipts]:
+        entry = state.open.get(name)
+        if entry is None or entry.token != token:
+            outcomes.append(_not_held(state, receipt, name, entry, how))
+            continue
+        apply(receipt, name, token, entry)
+        outcomes.append(Outcome(receipt, "ok", name))
+    return outcomes
 
 
 def _not_held(state: _State, receipt: str, name: str, entry: _Open | None, how: str) -> Outcome:

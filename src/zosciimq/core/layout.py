@@ -99,12 +99,21 @@ class DataDir:
         return self.indexes / f"{queue}{USAGE_SUFFIX}"
 
     @property
+    def trash(self) -> Path:
+        """Deleted queues on their way out (``core.admin``): ``<queue>.<hex>`` each."""
+        return self.internal / "trash"
+
+    @property
     def groups(self) -> Path:
         return self.internal / "groups"
 
+    def group_dir(self, queue: str) -> Path:
+        """The state of a queue's consumer groups, one log each."""
+        return self.groups / queue
+
     def group_log_path(self, queue: str, group: str) -> Path:
         """A consumer group's state: what it was given, acked, requeued, dead-lettered."""
-        return self.groups / queue / f"{group}{GROUP_SUFFIX}"
+        return self.group_dir(queue) / f"{group}{GROUP_SUFFIX}"
 
     def group_lock_path(self, queue: str, group: str) -> Path:
         return self.locks / f"group-{queue}--{group}.lock"

@@ -54,13 +54,61 @@ class _ProcessLock:
         return self.fd
 
 
-class _LockTable:
+class IdleCloser:
+    """Open descriptors kept by a process and closed by a background thread once idle:
+    the lock table here, a process's open queues (``queue_files.OpenQueues``). The owner
+    has a ``_mutex``, says how to ``close_idle`` and whether it ``_holds_nothing``; the
+    thread runs while the owner exists and holds something (the next use starts it again)."""
+
+    _closer_name = "zoscii-idle"
+    idle_seconds: float
+    _mutex: threading.Lock
+    _closer: threading.Thread | None
+
+    def close_idle(self, older_than: float) -> int:
+        raise NotImplementedError
+
+    def _holds_nothing(self) -> bool:
+        """Whether nothing is left to watch (the caller holds the mutex)."""
+        raise NotImplementedError
+
+    def _start_closer(self) -> None:
+        """Start the idle-closing thread unless it runs (the caller holds the mutex)."""
+        if self._closer is None:
+            self._closer = threading.Thread(
+                target=_close_idle_forever,
+                args=(weakref.ref(self), self.idle_seconds),
+                name=self._closer_name,
+                daemon=True,
+            )
+            self._closer.start()
+
+
+def _close_idle_forever(owner: weakref.ref[IdleCloser], idle_seconds: float) -> None:
+    """Runs while its owner exists (a weak reference: it never keeps it alive) and holds
+    something; the next use starts another."""
+    while True:
+        time.sleep(idle_seconds / 2)
+        holder = owner()
+        if holder is None:
+            return
+        holder.close_idle(idle_seconds)
+        with holder._mutex:
+            if holder._holds_nothing():
+                holder._closer = None
+                return
+        del holder
+
+
+class _LockTable(IdleCloser):
     """The one _ProcessLock per path in this process. Process-wide by necessity: every
     caller must share the thread lock and the descriptor of a path, or threads would not
     exclude each other and one close would drop another's lock. Locks unused for
     ``idle_seconds`` are closed and forgotten by a background thread, and beyond ``keep``
     paths the least recently used unused ones at once. Only a lock no thread holds or
     waits for (``users`` 0, counted under the mutex) is ever closed."""
+
+    _closer_name = "zoscii-idle-locks"
 
     def __init__(self, keep: int = 256, idle_seconds: float = IDLE_SECONDS) -> None:
         self.keep = keep
@@ -109,6 +157,9 @@ class _LockTable:
     def __len__(self) -> int:
         return len(self._locks)
 
+    def _holds_nothing(self) -> bool:
+        return not self._locks
+
     def open_descriptors(self) -> int:
         with self._mutex:
             return sum(lock.fd is not None for lock in self._locks.values())
@@ -119,37 +170,11 @@ class _LockTable:
         for path in [p for p, lock in self._locks.items() if lock.users == 0][:excess]:
             _close(self._locks.pop(path))
 
-    def _start_closer(self) -> None:
-        """Start the idle-closing thread unless it runs (the caller holds the mutex)."""
-        if self._closer is None:
-            self._closer = threading.Thread(
-                target=_close_idle_forever,
-                args=(weakref.ref(self), self.idle_seconds),
-                name="zoscii-idle-locks",
-                daemon=True,
-            )
-            self._closer.start()
-
 
 def _close(lock: _ProcessLock) -> None:
     if lock.fd is not None:
         os.close(lock.fd)
         lock.fd = None
-
-
-def _close_idle_forever(owner: weakref.ref[_LockTable], idle_seconds: float) -> None:
-    """Runs while its table exists and has locks; the next new lock starts another."""
-    while True:
-        time.sleep(idle_seconds / 2)
-        table = owner()
-        if table is None:
-            return
-        table.close_idle(idle_seconds)
-        with table._mutex:
-            if not table._locks:
-                table._closer = None
-                return
-        del table
 
 
 _TABLE = _LockTable()

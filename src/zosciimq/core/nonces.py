@@ -90,10 +90,7 @@ class Nonces:
         os.close(fd)
         return True
 
-    def unmark(self, nonce: str) -> None:
-        """Roll back a marker whose message could not be kept (nonce lock held)."""
-        unlink_quietly(self.path(nonce))
-
     def unmark_many(self, nonces: Iterable[str]) -> None:
+        """Roll back markers whose messages could not be kept (nonce locks held)."""
         for nonce in nonces:
             unlink_quietly(self.path(nonce))

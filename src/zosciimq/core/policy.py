@@ -47,6 +47,7 @@ from typing import Any
 
 from zosciimq.core import index as idx
 from zosciimq.core.durable import unlink_quietly
+from zosciimq.core.layout import leftover_path
 from zosciimq.core.names import MAX_TOKEN_LENGTH
 from zosciimq.errors import QueueFull
 from zosciimq.settings import SettingsError
@@ -287,13 +288,14 @@ def read_usage(path: str, header: idx.IndexHeader) -> Usage | None:
 
 def write_usage(path: str, usage: Usage) -> None:
     """Not flushed: a lost or torn write only costs a recount."""
+    tmp = leftover_path(path)
     try:
-        tmp = f"{path}.tmp"
         with open(tmp, "wb") as file:
             file.write(usage.encode())
         os.replace(tmp, path)
     except OSError as exc:
         log.warning("cannot keep %s (%s): the next limited publish recounts", path, exc)
+        unlink_quietly(tmp)
         unlink_quietly(path)
 
 

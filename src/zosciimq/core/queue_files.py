@@ -17,14 +17,13 @@ import os
 import resource
 import threading
 import time
-import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from zosciimq.core import index as idx
 from zosciimq.core.layout import DataDir
-from zosciimq.core.locking import FileLock
+from zosciimq.core.locking import FileLock, IdleCloser
 
 IDLE_SECONDS = 2.0
 
@@ -100,6 +99,7 @@ class QueueFiles:
         self._journal_fd: int | None = None
         self._ttl_fd: int | None = None
         self.ttl_path = str(data_dir.ttl_path(name))
+        self.usage_path = str(data_dir.usage_path(name))  # policy counts (core.policy)
         self.expiries = ExpiryTable(self.ttl_path)
         self.listed: idx.ListedIndex | None = None  # read-only volumes, see QueueStore
         # Group commit (see QueueStore._submit): who waits, and whether one commits now.
@@ -206,8 +206,10 @@ def _same_file(path: str, fd: int) -> bool:
         return False
 
 
-class OpenQueues:
+class OpenQueues(IdleCloser):
     """The QueueFiles a process keeps open, at most ``limit`` of them at once."""
+
+    _closer_name = "zoscii-idle-queues"
 
     def __init__(self, data_dir: DataDir, idle_seconds: float = IDLE_SECONDS) -> None:
         self.data_dir = data_dir
@@ -257,28 +259,5 @@ class OpenQueues:
     def close(self) -> None:
         self.close_idle(older_than=-1.0)
 
-    def _start_closer(self) -> None:
-        """Start the closing thread unless it runs (mutex held)."""
-        if self._closer is None:
-            self._closer = threading.Thread(
-                target=_close_idle_forever,
-                args=(weakref.ref(self), self.idle_seconds),
-                name="zoscii-idle-queues",
-                daemon=True,
-            )
-            self._closer.start()
-
-
-def _close_idle_forever(owner: weakref.ref[OpenQueues], idle_seconds: float) -> None:
-    """Runs while its OpenQueues exists (a weak reference: it never keeps it alive)."""
-    while True:
-        time.sleep(idle_seconds / 2)
-        queues = owner()
-        if queues is None:
-            return
-        queues.close_idle(idle_seconds)
-        with queues._mutex:
-            if not queues._open:  # nothing left to watch; the next use starts a new one
-                queues._closer = None
-                return
-        del queues
+    def _holds_nothing(self) -> bool:
+        return not self._open

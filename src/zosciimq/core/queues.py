@@ -208,8 +208,9 @@ class QueueStore:
         (done, with QueueFull), or the oldest messages are dropped to make room."""
         if rule is None or not rule.limited:
             return None
-        path = self._usage_path(files)
-        usage = policy.read_usage(path, header) or policy.scan_usage(files.dir, index, header)
+        usage = policy.read_usage(files.usage_path, header) or policy.scan_usage(
+            files.dir, index, header
+        )
         incoming = [(len(s.messages), sum(m.upload.size for m in s.messages)) for s in group]
         verdicts = policy.make_room(files.name, rule, usage, files.dir, index, header, incoming)
         for submission, error in zip(group, verdicts, strict=True):
@@ -234,14 +235,11 @@ class QueueStore:
             header = idx.rebuild(files.index_path, files.dir, floor=header.last)
             files.index.drop()
             if header.committed != usage.count:  # changed behind our back: recount
-                unlink_quietly(self._usage_path(files))
+                unlink_quietly(files.usage_path)
                 return
             usage.head = 0
         usage.key = policy.header_key(header)
-        policy.write_usage(self._usage_path(files), usage)
-
-    def _usage_path(self, files: QueueFiles) -> str:
-        return str(self.data_dir.usage_path(files.name))
+        policy.write_usage(files.usage_path, usage)
 
     def _allocate(
         self, group: list[_Submission], header: idx.IndexHeader

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from zosciimq.core import walk
 from zosciimq.core.durable import fsync_dir, raise_if_full, sync_files, unlink_quietly
 from zosciimq.core.errors import TooLarge
 from zosciimq.core.layout import DataDir
@@ -115,18 +116,14 @@ def remove_uploads(data_dir: DataDir, prefix: str) -> int:
     """Remove the temp files named with ``prefix`` (whose owner is known to be gone or
     idle); how many were removed. Links and directories are left alone."""
     removed = 0
-    try:
-        entries = os.scandir(data_dir.temp)
-    except FileNotFoundError:
+    if not prefix:
         return 0
-    with entries:
-        for entry in entries:
-            if (
-                prefix
-                and entry.name.startswith(prefix)
-                and entry.name.endswith(TEMP_SUFFIX)
-                and entry.is_file(follow_symlinks=False)
-            ):
-                unlink_quietly(entry.path)
-                removed += 1
+    for found in walk.iter_uploads(data_dir):
+        if (
+            found.kind is walk.Kind.UPLOAD
+            and found.name.startswith(prefix)
+            and found.name.endswith(TEMP_SUFFIX)
+        ):
+            unlink_quietly(found.path)
+            removed += 1
     return removed
