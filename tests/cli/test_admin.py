@@ -52,7 +52,7 @@ def test_a_terminal_is_asked(
     cli: Callable[..., Run], url: str, filled, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     filled("cli-ask", 2)
-    monkeypatch.setattr(queue_admin, "_is_terminal", lambda stream: True)
+    monkeypatch.setattr(queue_admin, "is_terminal", lambda stream: True)
     declined = cli("--url", url, "purge", "cli-ask", stdin=b"n\n")
     assert declined.code == exit_codes.ERROR and "[y/N]" in declined.err
     assert "not confirmed" in declined.err

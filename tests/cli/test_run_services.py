@@ -60,8 +60,7 @@ def test_run_of_a_service_that_is_not_installed_explains(
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     result = cli("run", "claireup", "--dry-run")
     assert result.code == 1
-    err = result.err if isinstance(result.err, str) else result.err.decode()
-    assert "zoscii_claireup" in err and "pip install ./services/claireup" in err
+    assert "zoscii_claireup" in result.err and "pip install ./services/claireup" in result.err
     as_json = cli("--json", "run", "statissa")
     assert json.loads(as_json.out)["reason"] == "not_installed"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api_server import running_api
-from tests.support.queues import queue_name
+from tests.support.queues import queue_name, read_queue
 from zosciimq.client import (
     Forbidden,
     InvalidInput,
@@ -36,21 +36,13 @@ PAYLOADS = [
 ]
 
 
-def read_all(client: ZosciiClient, queue: str) -> list[tuple[str, bytes]]:
-    out, pointer = [], ""
-    while (message := client.fetch(queue, pointer)) is not None:
-        out.append((message.name, message.data))
-        pointer = message.name
-    return out
-
-
 @pytest.mark.parametrize("mode", ["default", "original"])
 def test_publish_and_fetch_are_byte_exact_in_order(api: tuple[str, Path], mode: str) -> None:
     queue = queue_name()
     with ZosciiClient(api[0], mode=mode) as client:
         for payload in PAYLOADS:
             client.publish(queue, payload, retention_days=7)
-        got = read_all(client, queue)
+        got = read_queue(client, queue)
     assert [data for _, data in got] == PAYLOADS
     names = [name for name, _ in got]
     assert names == sorted(names)
@@ -70,7 +62,7 @@ def test_publish_accepts_str_files_and_streams(client: ZosciiClient, tmp_path: P
     with open(path, "rb") as file:
         file.seek(1000)  # from the current position on
         client.publish(queue, file)
-    data = [d for _, d in read_all(client, queue)]
+    data = [d for _, d in read_queue(client, queue)]
     assert data == ["text é".encode(), big, b"0123456789", b"chunk-1 \x00\xff chunk-3", big[1000:]]
 
 
@@ -96,7 +88,7 @@ def test_fetch_after_a_deleted_pointer_finds_the_next(
     queue = queue_name()
     for payload in (b"a", b"b", b"c"):
         client.publish(queue, payload)
-    a, b, c = (name for name, _ in read_all(client, queue))
+    a, b, c = (name for name, _ in read_queue(client, queue))
     (api[1] / "queues" / queue / b).unlink()
     assert client.fetch(queue, a).name == c
 
@@ -106,7 +98,7 @@ def test_explicit_nonce_stores_once(client: ZosciiClient) -> None:
     first = client.publish(queue, b"once", nonce="fixed-" + uuid.uuid4().hex)
     again = client.publish(queue, b"once", nonce=first.nonce)
     assert again.nonce == first.nonce
-    assert [d for _, d in read_all(client, queue)] == [b"once"]
+    assert [d for _, d in read_queue(client, queue)] == [b"once"]
     # a fresh nonce each call when none is given
     assert client.publish(queue, b"x").nonce != client.publish(queue, b"x").nonce
 

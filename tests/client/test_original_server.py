@@ -54,6 +54,9 @@ def test_publish_and_fetch_against_the_original_byte_exact(original: FakeOrigina
         (413, "x", "TooLarge"),
         (503, "x", "TryAgain"),
         (507, "x", "StorageFull"),
+        (507, "No space left on the data volume; nothing was stored.", "StorageFull"),
+        (507, "Queue 'q' is full (max_messages 3); nothing was kept.", "QueueFull"),
+        (507, "Queue 'q' cannot take this: max_bytes 10.", "QueueFull"),
         (500, "Internal server error.", "InternalServerError"),
     ],
 )

@@ -28,6 +28,8 @@ from zosciimq.client import (
     BatchItem,
     InvalidInput,
     NotZosciiReply,
+    QueueFull,
+    StorageFull,
     TooLarge,
     TransportOptions,
     ZosciiClient,
@@ -366,6 +368,28 @@ def test_a_batch_over_the_servers_limits_is_refused_whole(small_api: str) -> Non
         with pytest.raises(InvalidInput):
             client.publish_many(queue, [b"x"] * 6, batch_size=6)  # over 5 messages
         assert len(read_queue(client, queue)) == 4
+
+
+def test_a_full_queue_is_queue_full_a_kind_of_storage_full(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """507 under the queue policy (``when_full = "refuse"``): QueueFull, not the volume."""
+    policy = tmp_path_factory.mktemp("policy") / "policy.toml"
+    policy.write_text('[queues."capped_*"]\nmax_messages = 2\n')
+    data = tmp_path_factory.mktemp("capped-api")
+    with running_api(data, env={"ZOSCII_POLICY_FILE": str(policy)}) as url:
+        with ZosciiClient(url) as client:
+            client.publish_many("capped_a", [b"1", b"2"])
+            with pytest.raises(QueueFull) as single:
+                client.publish("capped_a", b"3")
+            with pytest.raises(QueueFull) as batch:
+                client.publish_many("capped_b", [b"x", b"y", b"z"])  # one batch: 3 > 2
+            client.publish("other", b"fine")  # only those queues are full
+            assert read_queue(client, "capped_b") == []  # all or nothing
+            assert len(batch.value.remaining) == 3
+    for error in (single.value, batch.value):
+        assert isinstance(error, StorageFull)
+        assert (error.status, error.reason) == (507, "queue_full")
 
 
 def test_bad_arguments_are_refused_before_anything_is_sent(client: ZosciiClient) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from zosciimq.cli import exit_codes
+from zosciimq.cli.console import is_terminal
 from zosciimq.cli.context import CliError, Context
 from zosciimq.client import BatchItem, Published, ZosciiClientError
 from zosciimq.client.payload import MessageSource
@@ -58,7 +59,7 @@ def publish_batch(ctx: Context) -> int:
     bar = ctx.batch_progress(
         f"publish {args.queue}", total_messages=total_messages, total_bytes=total_bytes
     )
-    stdout_tty = _isatty(console.stdout)
+    stdout_tty = is_terminal(console.stdout)
     try:
         for result in ctx.client.publish_iter(
             args.queue,
@@ -190,10 +191,3 @@ def records(file: BinaryIO, separator: bytes) -> Iterator[bytes]:
 def _read(file: BinaryIO) -> bytes:
     read1 = getattr(file, "read1", None)  # what a pipe has now, not a whole block
     return read1(READ_BLOCK) if read1 is not None else file.read(READ_BLOCK)
-
-
-def _isatty(stream: object) -> bool:
-    try:
-        return bool(stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):
-        return False

@@ -28,10 +28,7 @@ class Console:
 
     @property
     def stderr_is_tty(self) -> bool:
-        try:
-            return self.stderr.isatty()
-        except (AttributeError, ValueError):
-            return False
+        return is_terminal(self.stderr)
 
     def result(self, **fields: Any) -> None:
         """One JSON line (``--json`` only; callers print text themselves otherwise)."""
@@ -67,6 +64,14 @@ class Console:
     def _say(self, text: str) -> None:
         self.stderr.write(text + "\n")
         self.stderr.flush()
+
+
+def is_terminal(stream: object) -> bool:
+    """Whether ``stream`` is a terminal (False for anything without a usable isatty)."""
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
 
 
 def b64(data: bytes) -> str:

@@ -456,6 +456,7 @@ def _dead(add: Adder) -> None:
     verbs = sub.add_subparsers(
         dest="dead_command", metavar="VERB", required=True, parser_class=CommandParser
     )
+    add_verb = _command_adder(verbs)
     for verb, handler, summary, description, examples in (
         (
             "list",
@@ -483,15 +484,7 @@ def _dead(add: Adder) -> None:
             "  zoscii dead replay orders --group shipping --name 2025...-0000-....bin",
         ),
     ):
-        child = verbs.add_parser(
-            verb,
-            help=summary,
-            description=f"{summary}.\n\n{textwrap.fill(description, 80)}",
-            epilog=f"examples:\n{examples}\n\n{exit_codes.epilog()}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        _global_options(child, suppress=True)
-        child.set_defaults(handler=handler)
+        child = add_verb(verb, handler, summary, description, examples)
         child.add_argument("queue", metavar="QUEUE", help="the queue the group works on")
         child.add_argument(
             "--group", "-g", required=True, metavar="GROUP", help="consumer group name"

@@ -15,7 +15,44 @@ THRESHOLD = 4 << 20  # bytes: smaller transfers finish before a bar would be rea
 WIDTH = 24
 
 
-class ProgressBar:
+class _Line:
+    """A bar redrawn in place on one line of ``stream``; ``render(now)`` is its text."""
+
+    def __init__(
+        self, stream: TextIO, label: str, clock: Callable[[], float], interval: float
+    ) -> None:
+        self.stream = stream
+        self.label = label
+        self.clock = clock
+        self.interval = interval
+        self.started = clock()
+        self.drawn_at: float | None = None
+
+    def render(self, now: float) -> str:
+        raise NotImplementedError
+
+    def _due(self, now: float) -> bool:
+        return self.drawn_at is None or now - self.drawn_at >= self.interval
+
+    def _draw(self, now: float, end: str = "") -> None:
+        self.stream.write("\r" + self.render(now) + "\x1b[K" + end)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.drawn_at is not None:
+            self._draw(self.clock(), "\n")
+            self.drawn_at = None
+
+    def _rate(self, amount: int, now: float) -> str:
+        return f"{_size(amount / max(now - self.started, 1e-6))}/s"
+
+
+def _bar(share: float) -> str:
+    filled = int(share * WIDTH)
+    return "[" + "#" * filled + "." * (WIDTH - filled) + "]"
+
+
+class ProgressBar(_Line):
     """``update(done, total)`` as the client's ``on_progress``; ``close()`` ends the line."""
 
     def __init__(
@@ -27,13 +64,8 @@ class ProgressBar:
         clock: Callable[[], float] = time.monotonic,
         interval: float = 0.1,
     ) -> None:
-        self.stream = stream
-        self.label = label
+        super().__init__(stream, label, clock, interval)
         self.threshold = threshold
-        self.clock = clock
-        self.interval = interval
-        self.started = clock()
-        self.drawn_at: float | None = None
         self.done = 0
         self.total: int | None = None
 
@@ -42,26 +74,16 @@ class ProgressBar:
         if max(total or 0, done) <= self.threshold:
             return
         now = self.clock()
-        if self.drawn_at is None or now - self.drawn_at >= self.interval or done == total:
+        if self._due(now) or done == total:
             self.drawn_at = now
-            self.stream.write("\r" + self.render(now) + "\x1b[K")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.drawn_at is not None:
-            self.stream.write("\r" + self.render(self.clock()) + "\x1b[K\n")
-            self.stream.flush()
-            self.drawn_at = None
+            self._draw(now)
 
     def render(self, now: float) -> str:
-        elapsed = max(now - self.started, 1e-6)
-        rate = f"{_size(self.done / elapsed)}/s"
+        rate = self._rate(self.done, now)
         if self.total:
             share = min(self.done / self.total, 1.0)
-            filled = int(share * WIDTH)
-            bar = "#" * filled + "." * (WIDTH - filled)
             amount = f"{_size(self.done)} / {_size(self.total)}"
-            return f"{self.label} [{bar}] {share:4.0%} {amount} {rate}"
+            return f"{self.label} {_bar(share)} {share:4.0%} {amount} {rate}"
         return f"{self.label} {_size(self.done)} {rate}"
 
 
@@ -82,7 +104,7 @@ def _size(count: float) -> str:
     return f"{count:.0f} B" if index == 0 else f"{count:.1f} {units[index]}"
 
 
-class BatchBar:
+class BatchBar(_Line):
     """Progress of a batch publish: messages acknowledged and bytes sent.
 
     Drawn only once the batch has run for ``delay`` seconds (a short one never shows a
@@ -103,15 +125,10 @@ class BatchBar:
         interval: float = 0.1,
         delay: float = 1.0,
     ) -> None:
-        self.stream = stream
-        self.label = label
+        super().__init__(stream, label, clock, interval)
         self.total_messages = total_messages
         self.total_bytes = total_bytes
-        self.clock = clock
-        self.interval = interval
-        self.started = clock()
         self.delay = delay
-        self.drawn_at: float | None = None
         self.shown = False  # the bar is on the line now
         self.messages = 0
         self.sent = 0
@@ -121,11 +138,10 @@ class BatchBar:
         now = self.clock()
         if now - self.started < self.delay:
             return
-        if self.drawn_at is None or now - self.drawn_at >= self.interval or not self.shown:
+        if self._due(now) or not self.shown:
             self.drawn_at = now
             self.shown = True
-            self.stream.write("\r" + self.render(now) + "\x1b[K")
-            self.stream.flush()
+            self._draw(now)
 
     def clear(self) -> None:
         if self.shown:
@@ -134,15 +150,10 @@ class BatchBar:
             self.shown = False
 
     def close(self) -> None:
-        if self.drawn_at is not None:
-            self.stream.write("\r" + self.render(self.clock()) + "\x1b[K\n")
-            self.stream.flush()
-            self.drawn_at = None
-            self.shown = False
+        super().close()
+        self.shown = False
 
     def render(self, now: float) -> str:
-        elapsed = max(now - self.started, 1e-6)
-        rate = f"{_size(self.sent / elapsed)}/s"
         count = f"{self.messages}" + (
             f"/{self.total_messages}" if self.total_messages is not None else ""
         )
@@ -155,12 +166,10 @@ class BatchBar:
             share = min(self.messages / self.total_messages, 1.0)
         else:
             share = None
-        text = f"{count} messages, {amount} {rate}"
+        text = f"{count} messages, {amount} {self._rate(self.sent, now)}"
         if share is None:
             return f"{self.label} {text}"
-        filled = int(share * WIDTH)
-        bar = "#" * filled + "." * (WIDTH - filled)
-        return f"{self.label} [{bar}] {share:4.0%} {text}"
+        return f"{self.label} {_bar(share)} {share:4.0%} {text}"
 
 
 class NoBatchBar:

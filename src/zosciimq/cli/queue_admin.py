@@ -8,9 +8,10 @@ than guess.
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO
+from typing import Any
 
 from zosciimq.cli import exit_codes
+from zosciimq.cli.console import is_terminal
 from zosciimq.cli.context import CliError, Context
 from zosciimq.client.pointers import FilePointerStore
 
@@ -84,7 +85,7 @@ def _report(ctx: Context, action: str, result: dict[str, Any], text: str) -> Non
 def _confirm(ctx: Context, question: str) -> None:
     if ctx.args.yes:
         return
-    if not _is_terminal(ctx.stdin):
+    if not is_terminal(ctx.stdin):
         raise CliError(
             "refusing to delete without confirmation: not a terminal; add --yes",
             exit_codes.USAGE,
@@ -95,10 +96,3 @@ def _confirm(ctx: Context, question: str) -> None:
     answer = ctx.stdin.readline().decode("utf-8", "replace").strip().lower()
     if answer not in ("y", "yes"):
         raise CliError("not confirmed: nothing deleted", exit_codes.ERROR, "unconfirmed")
-
-
-def _is_terminal(stream: BinaryIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,6 +30,7 @@ from zosciimq.client import (
     TransportError,
     TruncatedReply,
     TryAgain,
+    stop_on_signals,
 )
 from zosciimq.core.durable import fsync_dir
 
@@ -60,7 +59,7 @@ class Tail:
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         delivered, failures, waiting = 0, 0, False
-        with stop_on_signals(args.follow) as stop:
+        with _stop_on_signals(args.follow) as stop:
             while not stop.is_set() and (
                 args.max_messages is None or delivered < args.max_messages
             ):
@@ -196,22 +195,6 @@ class Tail:
             )
 
 
-@contextmanager
-def stop_on_signals(enabled: bool) -> Iterator[threading.Event]:
+def _stop_on_signals(enabled: bool) -> AbstractContextManager[threading.Event]:
     """With -f, Ctrl-C or SIGTERM stop after the message in hand (a second Ctrl-C: now)."""
-    stop = threading.Event()
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return stop_on_signals() if enabled else nullcontext(threading.Event())

@@ -34,6 +34,7 @@ from zosciimq.client import (
     stop_on_signals,
 )
 from zosciimq.client.worker import Settled
+from zosciimq.core.names import parse_name
 
 DEAD_LETTER_EXIT = 65  # EX_DATAERR (sysexits.h): the input was bad, do not retry
 REPLAY_GROUP = "replay"
@@ -279,7 +280,7 @@ def _replay(ctx: Context, dead_queue: str, messages: list[LeasedMessage]) -> Non
 
 def _days(message: LeasedMessage) -> int:
     """The dead letter keeps the original's retention (RRRR of its name): so does the replay."""
-    return int(message.name[19:23])
+    return parse_name(message.name).retention_days
 
 
 def _dead_queue(queue: str, group: str) -> str:

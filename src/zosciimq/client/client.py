@@ -495,7 +495,7 @@ class ZosciiClient:
         """Finish the message for the group. ``Fenced`` (409) when the receipt no longer
         holds it (its lease ran out and it went to someone else, or it was requeued or
         dead-lettered); repeating an ack that succeeded succeeds again."""
-        self._settle(queue, group, "ack", [receipt_of(receipt)])
+        self._settle(queue, group, "ack", receipt_of(receipt))
 
     def ack_many(self, queue: str, group: str, receipts: Iterable[Receipt]) -> list[Outcome]:
         """Ack several receipts in one request; an ``Outcome`` each, in order (a
@@ -514,7 +514,7 @@ class ZosciiClient:
         """End the lease now: the message goes behind the ones waiting and is delivered
         again after ``delay`` seconds (whole, rounded up). ``ttl``: a new time to live
         from now (0: none). ``Fenced`` as for ``ack``."""
-        self._settle(queue, group, "requeue", [receipt_of(receipt)], _later(delay, ttl))
+        self._settle(queue, group, "requeue", receipt_of(receipt), _later(delay, ttl))
 
     def requeue_many(
         self,
@@ -531,7 +531,7 @@ class ZosciiClient:
         """Give up on the message: it is copied to the group's dead-letter queue
         (``dead_letter_queue(queue, group)``) and finished here. ``Fenced`` as for
         ``ack``."""
-        self._settle(queue, group, "deadletter", [receipt_of(receipt)])
+        self._settle(queue, group, "deadletter", receipt_of(receipt))
 
     def dead_letter_many(
         self, queue: str, group: str, receipts: Iterable[Receipt]
@@ -558,10 +558,9 @@ class ZosciiClient:
         queue: str,
         group: str,
         action: str,
-        receipts: list[str],
+        receipt: str,
         extra: Mapping[str, str] | None = None,
     ) -> None:
-        (receipt,) = receipts
         params = {"action": action, "q": queue, "group": group, "receipt": receipt, **(extra or {})}
         self._call(params, method="POST")
 

@@ -140,7 +140,17 @@ class TryAgain(ServerError, errors.TryAgain):
 
 
 class StorageFull(ServerError, errors.StorageFull):
+    """507: nothing was kept; the volume is full, or (``QueueFull``) the queue."""
+
     reason = "storage_full"
+
+
+class QueueFull(StorageFull, errors.QueueFull):
+    """507 for a publish over its queue's ``max_messages``/``max_bytes`` (the queue
+    policy, ``when_full = "refuse"``): the other queues still take messages. A
+    ``StorageFull``, so ``except StorageFull`` still catches it."""
+
+    reason = "queue_full"
 
 
 class Fenced(ServerError, errors.Fenced):
@@ -180,6 +190,8 @@ def server_error(error: str, *, status: int, envelope: dict[str, Any]) -> Server
         kind = _from_text(error) if status < 400 else InternalServerError
     if kind is NotFound:
         kind = _not_found_kind(error)
+    elif kind is StorageFull and error.lower().startswith("queue"):
+        kind = QueueFull  # the envelope carries no reason: "Queue 'q' is full (...)"
     return kind(error, status=status, envelope=envelope)
 
 

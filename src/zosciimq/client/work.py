@@ -20,9 +20,8 @@ from typing import Any, BinaryIO, Literal
 
 from zosciimq.client.batch import BatchMessage
 from zosciimq.client.errors import NotZosciiReply
-
-DEAD_SUFFIX = "--dead"
-MAX_QUEUE_LENGTH = 128  # a queue name's longest (names.MAX_TOKEN_LENGTH)
+from zosciimq.core import groups
+from zosciimq.core.errors import InvalidInput
 
 OutcomeResult = Literal["ok", "fenced", "unknown"]
 _RESULTS = ("ok", "fenced", "unknown")
@@ -127,11 +126,12 @@ def receipts_of(items: Iterable[Receipt]) -> list[str]:
 
 
 def dead_letter_queue(queue: str, group: str) -> str:
-    """The queue where ``group``'s dead letters of ``queue`` go."""
-    name = f"{queue}--{group}{DEAD_SUFFIX}"
-    if len(name) > MAX_QUEUE_LENGTH:
-        raise ValueError(f"queue and group names too long for a dead-letter queue: {name}")
-    return name
+    """The queue where ``group``'s dead letters of ``queue`` go (the server's rule);
+    ``ValueError`` when the name would be too long for a queue."""
+    try:
+        return groups.dead_letter_queue(queue, group)
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
 
 
 def leased(queue: str, group: str, body: BatchMessage, headers: Mapping[str, str]) -> LeasedMessage:

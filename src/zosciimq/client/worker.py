@@ -59,6 +59,7 @@ from zosciimq.client.errors import (
     ZosciiClientError,
 )
 from zosciimq.client.work import LeasedMessage
+from zosciimq.core.groups import DEFAULT_MAX_DELIVERIES  # the server's, as shipped
 
 if TYPE_CHECKING:
     from zosciimq.client.client import ZosciiClient
@@ -69,7 +70,6 @@ Handler = Callable[[LeasedMessage], object]
 Settled = Literal["acked", "requeued", "dead-lettered", "lost"]
 DEFAULT_LEASE = 30.0
 DEFAULT_WAIT = 20.0
-DEFAULT_MAX_DELIVERIES = 5  # the server's ZOSCII_MAX_DELIVERIES as shipped
 MAX_ERROR_PAUSE = 30.0
 _TRANSIENT = (TransportError, TruncatedReply, TryAgain)
 
