@@ -1,5 +1,6 @@
 """The api through the Flask test client (tests.support.api_app): a fresh data dir each,
-and the moment a request of it starts waiting for its queue (long-poll)."""
+the moment a request of it starts waiting for its queue (long-poll), and the message
+bytes it wrote to disk."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from flask.testing import FlaskClient
 
 from tests.support.api_app import make_client
 from zoscii_api.waiting import QueueWatcher
+from zosciimq.core.upload import Upload
 
 
 @pytest.fixture
@@ -36,3 +38,29 @@ def parked(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 
     monkeypatch.setattr(QueueWatcher, "wait", wait)
     return event
+
+
+class Written:
+    """Message bytes written to uploads (queues/temp) while the test runs: ``total``, and
+    ``chunks`` one length per write."""
+
+    def __init__(self) -> None:
+        self.chunks: list[int] = []
+
+    @property
+    def total(self) -> int:
+        return sum(self.chunks)
+
+
+@pytest.fixture
+def written(monkeypatch: pytest.MonkeyPatch) -> Written:
+    """What was written before a refusal: a refused request must write nothing."""
+    seen = Written()
+    real_write = Upload.write
+
+    def write(self: Upload, chunk: bytes | bytearray | memoryview) -> None:
+        seen.chunks.append(len(chunk))
+        return real_write(self, chunk)
+
+    monkeypatch.setattr(Upload, "write", write)
+    return seen

@@ -156,22 +156,6 @@ def test_access_control_from_the_environment(tmp_path) -> None:
 # --- rights decided before the message is read (issue 15) ---------------------------------
 
 
-class _Written:
-    """Counts message bytes written to queues/temp while the test runs."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from zosciimq.core import upload
-
-        self.total = 0
-        real = upload.Upload.write
-
-        def write(upload_self, chunk):
-            self.total += len(chunk)
-            return real(upload_self, chunk)
-
-        monkeypatch.setattr(upload.Upload, "write", write)
-
-
 def _multipart(fields: list[tuple[str, bytes]]) -> tuple[bytes, str]:
     out = b""
     for name, value in fields:
@@ -180,8 +164,7 @@ def _multipart(fields: list[tuple[str, bytes]]) -> tuple[bytes, str]:
     return out + b"--b--\r\n", "multipart/form-data; boundary=b"
 
 
-def test_a_form_without_the_right_is_refused_before_its_message(client, monkeypatch) -> None:
-    written = _Written(monkeypatch)
+def test_a_form_without_the_right_is_refused_before_its_message(client, written) -> None:
     body, content_type = _multipart(
         [("action", b"publish"), ("q", b"outbox"), ("msg", b"x" * 3_000_000)]
     )
@@ -190,8 +173,7 @@ def test_a_form_without_the_right_is_refused_before_its_message(client, monkeypa
     assert written.total == 0, "message bytes were written before the refusal"
 
 
-def test_with_access_control_the_action_must_come_before_the_message(client, monkeypatch):
-    written = _Written(monkeypatch)
+def test_with_access_control_the_action_must_come_before_the_message(client, written):
     body, content_type = _multipart([("msg", b"x" * 100_000), ("action", b"publish")])
     reply = client.post(
         "/?q=inbox_a", data=body, content_type=content_type, headers=bearer(PARTNER)
@@ -203,8 +185,7 @@ def test_with_access_control_the_action_must_come_before_the_message(client, mon
     assert allowed.status_code == 200, allowed.get_json()
 
 
-def test_a_raw_body_is_refused_unless_it_is_a_publish_or_store(client, monkeypatch) -> None:
-    written = _Written(monkeypatch)
+def test_a_raw_body_is_refused_unless_it_is_a_publish_or_store(client, written) -> None:
     for url in ("/?action=fetch&q=outbox", "/"):
         reply = client.post(
             url,

@@ -60,6 +60,49 @@ def test_empty_message_is_a_message(client) -> None:
     assert drain(client, "orders")[0][1] == b""
 
 
+def _multipart_body(message: bytes) -> tuple[bytes, str]:
+    head = b'--xyz\r\nContent-Disposition: form-data; name="msg"; filename="m"\r\n\r\n'
+    return head + message + b"\r\n--xyz--\r\n", "multipart/form-data; boundary=xyz"
+
+
+BIG = ALL_BYTES * 1500  # about 400 KB, over 1 MiB once urlencoded
+
+
+@pytest.mark.parametrize("path", ["/", "/index.php"])
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+@pytest.mark.parametrize("way", ["urlencoded", "multipart", "raw"])
+def test_a_large_message_is_byte_exact_by_every_way(client, way, chunked, path) -> None:
+    """The streaming paths: an urlencoded body over WHOLE_FORM_BYTES (the original
+    replicator's POST of a large binary message), and bodies without a Content-Length
+    (chunked; gunicorn marks their end with ``wsgi.input_terminated``)."""
+    url = path + ("?action=publish&q=orders" if way == "raw" else "")
+    if way == "urlencoded":
+        data = urlencode({"action": "publish", "q": "orders", "msg": BIG}).encode()
+        content_type = "application/x-www-form-urlencoded"
+        assert len(data) > 1 << 20  # zoscii_api.params.WHOLE_FORM_BYTES: the stream decoder
+    elif way == "multipart":
+        data, content_type = _multipart_body(BIG)
+        url += "?action=publish&q=orders"
+    else:
+        data, content_type = BIG, "application/octet-stream"
+    if chunked:
+        reply = client.post(
+            url,
+            input_stream=io.BytesIO(data),
+            content_type=content_type,
+            environ_overrides={
+                "CONTENT_LENGTH": "",  # as gunicorn has it: no length, the stream ends
+                "HTTP_TRANSFER_ENCODING": "chunked",
+                "wsgi.input_terminated": True,
+            },
+        )
+        assert reply.request.content_length is None
+    else:
+        reply = client.post(url, data=data, content_type=content_type)
+    assert body(reply)["message"] == "Message published.", reply.get_json()
+    assert [m for _, m in drain(client, "orders")] == [BIG]
+
+
 def test_form_values_override_the_query(client) -> None:
     client.post("/?action=publish&q=wrong", data={"q": "right", "msg": "x"})
     assert drain(client, "right")[0][1] == b"x"

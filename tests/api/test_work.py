@@ -6,16 +6,10 @@ import email
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.api.test_protocol import body, drain, make_client
-
-
-@pytest.fixture
-def client(tmp_path: Path):
-    return make_client(tmp_path / "data")
+from tests.support.api_app import body, drain
 
 
 def publish(client, *messages: bytes, **extra) -> None:

@@ -108,7 +108,8 @@ def test_a_run_is_recorded_per_area_and_queue(data_dir, make_cleaner, clock):
     assert sample(registry, "zoscii_claireup_last_success_timestamp_seconds") == 0.0
 
     clock.advance(seconds=5)
-    metrics.record(make_cleaner().run())
+    report = make_cleaner().run()
+    metrics.record(report)
 
     assert deleted("files", "queue", "orders") == 3
     assert deleted("bytes", "queue", "orders") == 12
@@ -122,6 +123,11 @@ def test_a_run_is_recorded_per_area_and_queue(data_dir, make_cleaner, clock):
         clock.now.timestamp()
     )
     assert sample(registry, "zoscii_claireup_last_run_duration_seconds") >= 0
+    # the gauge starts at 0 as well: only the run's own duration tells it was recorded
+    assert sample(registry, "zoscii_claireup_last_run_duration_seconds") == (
+        report.duration_seconds
+    )
+    assert report.duration_seconds > 0
 
 
 # --- the ops port ------------------------------------------------------------------------

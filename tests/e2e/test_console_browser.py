@@ -16,23 +16,21 @@ Selenium is given the driver's path: it never downloads one.
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from tests.statissa.served import start, wait_until
 from tests.support.queues import publish_body
 from zosciimq.core import DataDir, QueueStore
 
-REPO = Path(__file__).resolve().parents[2]
 QUEUE = "browser-orders"
 OTHER = "browser-logs"
 PHONE_WIDTH = 390
@@ -57,25 +55,6 @@ def _browser_paths() -> tuple[str, str]:
     return chromium, driver
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if condition():
-                return
-        except requests.ConnectionError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {seconds}s")
-        time.sleep(0.2)
-
-
 @pytest.fixture
 def published(tmp_path: Path) -> tuple[Path, list[str]]:
     """A data directory with two queues; the names published to QUEUE, in order."""
@@ -93,26 +72,13 @@ def published(tmp_path: Path) -> tuple[Path, list[str]]:
 @pytest.fixture
 def statissa(tmp_path: Path, published: tuple[Path, list[str]]) -> Iterator[str]:
     root, _ = published
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZOSCII_")}
-    env.update(
-        ZOSCII_DATA_DIR=str(root),
-        ZOSCII_STATISSA_HOST="127.0.0.1",
-        ZOSCII_STATISSA_PORT=str(port),
-        ZOSCII_STATISSA_INTERVAL_SECONDS="3600",  # the first run, then our POST /refresh
-    )
     log = tmp_path / "statissa.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.statissa.served"],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
+    # the first run, then our POST /refresh (the next scheduled run is an hour away)
+    process, base = start(root, log)
     try:
-        _wait(lambda: requests.get(f"{base}/stats.json", timeout=5).ok, 60, "first computation")
+        wait_until(
+            lambda: requests.get(f"{base}/stats.json", timeout=5).ok, 60, "first computation"
+        )
         yield base
     finally:
         process.terminate()
@@ -205,7 +171,7 @@ def test_the_console_in_a_real_browser(
     browser.save_screenshot(str(tmp_path / "console-1280.png"))
 
     browser.find_element(By.CSS_SELECTOR, f'td.name a[href="queues/{QUEUE}"]').click()
-    _wait(lambda: browser.current_url.endswith(f"/queues/{QUEUE}"), 10, "the queue page")
+    wait_until(lambda: browser.current_url.endswith(f"/queues/{QUEUE}"), 10, "the queue page")
     latest = browser.find_element(By.CSS_SELECTOR, "table.latest").text
     assert names[-1] in latest and names[0] in latest  # 12 names: all of them, newest first
     assert latest.index(names[-1]) < latest.index(names[0])

@@ -49,6 +49,29 @@ def test_defaults() -> None:
     ]
 
 
+def test_the_shared_settings_are_read_as_every_service_reads_them(tmp_path: Path) -> None:
+    """core, log, access and policy come from the shared variables (read_service_env)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[queues."orders"]\nretention_days = 3\n')
+    settings = Settings.from_env(
+        {
+            "ZOSCII_DATA_DIR": str(tmp_path / "data"),
+            "ZOSCII_DEFAULT_RETENTION_DAYS": "30",
+            "ZOSCII_LOG_LEVEL": "debug",
+            "ZOSCII_LOG_FORMAT": "JSON",
+            "ZOSCII_AUTH_CLIENTS": '[[clients]]\nname = "php"\ntoken_sha256 = "'
+            + "ab" * 32
+            + '"\nwrite = ["orders"]\n',
+            "ZOSCII_POLICY_FILE": str(policy),
+        }
+    )
+    assert settings.data_dir == tmp_path / "data"
+    assert settings.log == ("DEBUG", "json")
+    assert settings.access.enabled and settings.access.clients[0].name == "php"
+    assert settings.policy.path == policy
+    assert (settings.retention("orders"), settings.retention("other")) == (3, 30)
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.main(["--version"])

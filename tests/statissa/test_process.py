@@ -8,16 +8,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.statissa.served import free_port, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -31,12 +31,6 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
         **extra,
     )
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_once_prints_the_json(tmp_path: Path, data_root: Path) -> None:
@@ -71,7 +65,7 @@ def test_once_fails_cleanly_without_a_data_dir(tmp_path: Path) -> None:
 
 
 def test_served_process(tmp_path: Path, data_root: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = _env(
         tmp_path,
         ZOSCII_STATISSA_PORT=str(port),
@@ -86,9 +80,13 @@ def test_served_process(tmp_path: Path, data_root: Path) -> None:
     base = f"http://127.0.0.1:{port}"
     try:
         with requests.Session() as http:
-            _wait(lambda: http.get(f"{base}/healthz", timeout=5).status_code == 200, 60)
+            wait_until(
+                lambda: http.get(f"{base}/healthz", timeout=5).status_code == 200, 60, pause=0.5
+            )
             # The server answers while Spark starts; the first run is scheduled at once.
-            _wait(lambda: http.get(f"{base}/stats.json", timeout=5).status_code == 200, 240)
+            wait_until(
+                lambda: http.get(f"{base}/stats.json", timeout=5).status_code == 200, 240, pause=0.5
+            )
             stats = http.get(f"{base}/stats.json", timeout=5).json()
             assert stats["totals"] == {"messages": 10, "bytes": 485}
             metrics = http.get(f"{base}/metrics", timeout=5).text
@@ -128,19 +126,6 @@ def test_served_process(tmp_path: Path, data_root: Path) -> None:
     assert "statistics computed" in output
     assert "Starting gunicorn" in output and "Booting worker" in output  # not a dev server
     assert "the Spark context has stopped; a new one starts on the next run" in output
-
-
-def _wait(condition, seconds: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if condition():
-                return
-        except requests.ConnectionError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not ready after {seconds}s")
-        time.sleep(0.5)
 
 
 def _jvms(pid: int) -> list[psutil.Process]:

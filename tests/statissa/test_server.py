@@ -5,13 +5,9 @@ the open ops endpoints, on-demand refresh, and a clean stop on SIGTERM."""
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +15,13 @@ import psutil
 import pytest
 import requests
 
-from zoscii_statissa.web import PROTECTED
+from tests.statissa.served import start, wait_until
+from zoscii_statissa.web import QUEUES, REFRESH
 
 pytestmark = pytest.mark.timeout(180)  # a process each, but no JVM: about a second
 
-REPO = Path(__file__).resolve().parents[2]
+# every path that needs the right (a queue page stands for all of them)
+PROTECTED = frozenset({"/", "/stats.json", "/history.json", REFRESH, f"{QUEUES}orders"})
 STATS_TOKEN = "statistics-" + "7" * 40
 OTHER_TOKEN = "partner-" + "3" * 40
 CLIENTS = f"""
@@ -52,48 +50,12 @@ class Served:
         return self.log.read_text()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait(condition: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if condition():
-                return
-        except requests.ConnectionError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not ready after {seconds}s")
-        time.sleep(0.1)
-
-
 def _serve(tmp_path: Path, data_root: Path, **extra: str) -> Iterator[Served]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZOSCII_")}
-    env.update(
-        ZOSCII_DATA_DIR=str(data_root),
-        ZOSCII_STATISSA_HOST="127.0.0.1",
-        ZOSCII_STATISSA_PORT=str(port),
-        ZOSCII_STATISSA_INTERVAL_SECONDS="3600",
-        ZOSCII_STATISSA_THREADS="3",
-        **extra,
-    )
     log = tmp_path / "statissa.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.statissa.served"],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    served = Served(f"http://127.0.0.1:{port}", process, log)
+    process, base = start(data_root, log, ZOSCII_STATISSA_THREADS="3", **extra)
+    served = Served(base, process, log)
     try:
-        _wait(lambda: requests.get(f"{served.base}/healthz", timeout=5).status_code == 200, 60)
+        wait_until(lambda: requests.get(f"{served.base}/healthz", timeout=5).status_code == 200, 60)
         yield served
     finally:
         if process.poll() is None:
@@ -134,7 +96,7 @@ def test_the_statistics_need_the_right_and_the_ops_endpoints_stay_open(guarded: 
             assert "statistics" in refused.json()["error"]
 
         allowed = bearer(STATS_TOKEN)
-        _wait(lambda: http.get(f"{base}/stats.json", headers=allowed, timeout=5).ok, 60)
+        wait_until(lambda: http.get(f"{base}/stats.json", headers=allowed, timeout=5).ok, 60)
         stats = http.get(f"{base}/stats.json", headers=allowed, timeout=5).json()
         assert stats["totals"] == {"messages": 10, "bytes": 485}
         assert stats["consumer_groups"] == []

@@ -1,9 +1,11 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from zoscii_statissa.__main__ import apply_args, parse_args
 from zoscii_statissa.settings import Settings
+from zoscii_statissa.spark import extra_conf
 from zosciimq.settings import SettingsError
 
 
@@ -32,6 +34,22 @@ def test_environment_and_flags() -> None:
     assert settings.spark_conf == (("spark.executor.memory", "4g"), ("spark.cores.max", "8"))
     overridden = apply_args(settings, parse_args(["--data-dir", "/elsewhere", "--port", "1234"]))
     assert overridden.data_dir == Path("/elsewhere") and overridden.port == 1234
+
+
+CODEC = "spark.shuffle.mapStatus.compression.codec"
+
+
+def test_map_statuses_use_lz4_unless_spark_conf_says_otherwise() -> None:
+    """zstd, Spark's default, loads a native library from the noexec /tmp: on a cluster
+    the driver cannot send map outputs. lz4 is the default; ZOSCII_SPARK_CONF still wins."""
+    assert extra_conf(Settings.from_env({}))[CODEC] == "lz4"
+    mine = Settings.from_env({"ZOSCII_SPARK_CONF": f"{CODEC}=snappy,spark.cores.max=8"})
+    assert extra_conf(mine) == {CODEC: "snappy", "spark.cores.max": "8"}
+    # compose.spark.yml's pairs, then the user's own appended: the later pair wins
+    compose = Settings.from_env(
+        {"ZOSCII_SPARK_CONF": f"spark.driver.port=7078,{CODEC}=lz4,{CODEC}=zstd"}
+    )
+    assert extra_conf(compose) == {"spark.driver.port": "7078", CODEC: "zstd"}
 
 
 @pytest.mark.parametrize(
@@ -85,3 +103,8 @@ def test_access_control_comes_from_the_api_variables(tmp_path: Path) -> None:
         Settings.from_env({"ZOSCII_AUTH_CLIENTS": _CLIENT.format(digest, '["statistic"]')})
     with pytest.raises(SettingsError, match="ZOSCII_AUTH_FILE"):
         Settings.from_env({"ZOSCII_AUTH_FILE": str(tmp_path / "missing.toml")})
+
+
+@pytest.mark.slow  # a JVM: the session conftest starts with build_session
+def test_the_session_is_built_with_the_default_codec(spark: Any) -> None:
+    assert spark.conf.get(CODEC) == "lz4"

@@ -1,4 +1,6 @@
-"""The six actions: validate the parameters, call the core, shape the reply.
+"""The original's six actions: validate the parameters, call the core, shape the reply.
+Every action's handler is looked up here (``Actions.handler``); the work-queue and admin
+actions are in ``zoscii_api.work`` and ``zoscii_api.admin``.
 
 Nothing here touches a path: every file-system effect goes through zosciimq.core.
 """
@@ -9,17 +11,16 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from werkzeug.wrappers import Request, Response
 
 from zoscii_api.admin import AdminActions
-from zoscii_api.auth import Client
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.params import RequestParams
+from zoscii_api.params import RequestParams, whole_number
 from zoscii_api.responses import batch_response, envelope, message_response
-from zoscii_api.settings import QUEUE_ACTIONS, ApiSettings
+from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
 from zoscii_api.work import WorkActions
 from zosciimq.core import (
@@ -36,6 +37,7 @@ from zosciimq.core.queues import Outgoing
 from zosciimq.errors import ActionDisabled, MissingMessage, QueueBlocked
 
 MAX_IDENTIFY_NAMES = 10_000
+Handler = Callable[[Request, RequestParams], Response]
 
 
 @dataclass
@@ -48,8 +50,11 @@ class Actions:
     work: WorkActions
     admin: AdminActions
 
-    def handler(self, action: str) -> Callable[[Request, RequestParams], Response]:
-        handlers = {
+    _handlers: dict[str, Handler] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Built once: the endpoint looks the action up several times per request.
+        self._handlers = {
             "publish": self.publish,
             "fetch": self.fetch,
             "store": self.store_message,
@@ -63,18 +68,14 @@ class Actions:
             "extend": self.work.extend,
             **self.admin.handlers(),
         }
-        if action not in handlers:
+
+    def handler(self, action: str) -> Handler:
+        handler = self._handlers.get(action)
+        if handler is None:
             raise InvalidInput(f"Unknown action '{action[:40]}'.")
         if action not in self.settings.enabled_actions:
             raise ActionDisabled(f"Action '{action}' is disabled on this server.")
-        return handlers[action]
-
-    def authorize(self, client: Client | None, action: str, raw_queue: str | None) -> None:
-        """Access control (a no-op when it is off); queue actions check the cleaned name."""
-        if client is None:
-            return
-        queue = self.check_queue(action, raw_queue) if action in QUEUE_ACTIONS else None
-        self.settings.access.authorize(client, action, queue)
+        return handler
 
     def check_queue(self, action: str, raw_queue: str | None) -> str:
         """Queue name rules, checked before any body is read when q is in the URL."""
@@ -86,10 +87,13 @@ class Actions:
     # --- queues -----------------------------------------------------------------------
     def publish(self, request: Request, params: RequestParams) -> Response:
         queue = self.check_queue("publish", params.text("q"))
-        default = self.settings.policy.retention_for(
-            queue, self.settings.core.default_retention_days
-        )
-        retention = clean_retention(params.text("r"), default)
+        raw_retention = params.text("r")
+        if raw_retention:  # r always wins: no policy lookup
+            retention = clean_retention(raw_retention, 0)
+        else:
+            retention = self.settings.policy.retention_for(
+                queue, self.settings.core.default_retention_days
+            )
         if params.batch is not None:
             return self._publish_batch(request, queue, retention, params)
         nonce = _nonce(request, params.text("n"))
@@ -150,11 +154,11 @@ class Actions:
         """
         queue = clean_queue(params.text("q") or "")
         after = clean_pointer(_basename_check(params.text("after"), "after"))
-        offset = _whole_number(params.text("offset"), "offset")
-        length = _whole_number(params.text("length"), "length")
-        count = _whole_number(params.text("count"), "count")
-        budget = _whole_number(params.text("max_bytes"), "max_bytes")
-        wait = min(_whole_number(params.text("wait"), "wait"), self.settings.max_wait_seconds)
+        offset = whole_number(params.text("offset"), "offset")
+        length = whole_number(params.text("length"), "length")
+        count = whole_number(params.text("count"), "count")
+        budget = whole_number(params.text("max_bytes"), "max_bytes")
+        wait = min(whole_number(params.text("wait"), "wait"), self.settings.max_wait_seconds)
         if count and (offset or length):
             raise InvalidInput("A batch fetch (count) takes no offset or length.")
         if count > self.settings.max_batch_count:
@@ -224,8 +228,8 @@ class Actions:
         if not raw:
             raise InvalidInput("Missing name.")
         name, file, size = self.store.retrieve(raw)
-        offset = _whole_number(params.text("offset"), "offset")
-        length = _whole_number(params.text("length"), "length")
+        offset = whole_number(params.text("offset"), "offset")
+        length = whole_number(params.text("length"), "length")
         response = message_response(request, name, file, size, offset=offset, length=length)
         self.metrics.sent_bytes.labels("retrieve").inc(response.content_length or 0)
         return response
@@ -258,7 +262,7 @@ def _nonce(request: Request, raw: str | None) -> str | None:
 
 def _expiry(raw: str | None) -> float | None:
     """``ttl`` seconds from now as a Unix time; absent or 0: no expiry (PHPMQ's 0)."""
-    seconds = _whole_number(raw, "ttl")
+    seconds = whole_number(raw, "ttl")
     return time.time() + seconds if seconds else None
 
 
@@ -273,14 +277,6 @@ def _basename_check(raw: str | None, name: str) -> str:
     if raw and ("/" in raw or "\\" in raw or "\x00" in raw):
         raise InvalidInput(f"Parameter '{name}' must be a file name, not a path.")
     return raw or ""
-
-
-def _whole_number(raw: str | None, name: str) -> int:
-    if raw is None or raw == "":
-        return 0
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
-        raise InvalidInput(f"Parameter '{name}' must be a whole number of bytes.")
-    return int(raw)
 
 
 def _flag(raw: str | None, name: str) -> bool:

@@ -16,7 +16,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from zoscii_api.actions import Actions
-from zoscii_api.admin import AdminActions, AdminAllow
+from zoscii_api.admin import AdminActions
 from zoscii_api.endpoint import Endpoint, error_response
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.ratelimit import Admission
@@ -57,9 +57,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         burst=settings.rate_burst,
         trusted_proxies=settings.trusted_proxies,
     )
-    endpoint = Endpoint(
-        settings, data_dir, actions, admission, metrics, AdminAllow(settings.admin_allow)
-    )
+    endpoint = Endpoint(settings, data_dir, actions, admission, metrics)
     app = Flask(__name__)
     app.config["ZOSCII_SETTINGS"] = settings
     app.wsgi_app = endpoint.mount(app.wsgi_app)  # type: ignore[method-assign]

@@ -13,6 +13,7 @@ Request flow, one way: HTTP (this module, params, responses) -> actions -> core 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -53,6 +54,7 @@ WRITE_ACTIONS = frozenset(
     }
 )
 WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.yaml\n"
+READ_ONLY = "This server serves a read-only copy: writes are refused."
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]+")
 
@@ -70,15 +72,15 @@ class Endpoint:
         actions: Actions,
         admission: Admission,
         metrics: ApiMetrics,
-        admin_allow: AdminAllow | None = None,
     ) -> None:
         self.settings = settings
-        self.admin_allow = admin_allow or AdminAllow(settings.admin_allow)
+        self.admin_allow = AdminAllow(settings.admin_allow)
         self.data_dir = data_dir
         self.actions = actions
         self.admission = admission
         self.metrics = metrics
         self.watchdog = Watchdog(name="body-deadlines")
+        self.new_upload = functools.partial(Upload, data_dir, settings.max_message_bytes)
 
     def mount(self, other: WsgiApp) -> WsgiApp:
         """A WSGI app that serves the endpoint's paths here and everything else by ``other``."""
@@ -163,7 +165,7 @@ class Endpoint:
                 content_length=request.content_length,
                 stream=request.stream,
                 has_body=has_body,
-                new_upload=lambda: Upload(self.data_dir, settings.max_message_bytes),
+                new_upload=self.new_upload,
                 max_field_bytes=settings.max_field_bytes,
                 max_batch_parts=settings.max_batch_count,
                 max_batch_bytes=settings.max_batch_bytes,
@@ -202,15 +204,17 @@ class Endpoint:
         self.actions.handler(action)  # unknown or switched off
         if action in WRITE_ACTIONS:
             if self.settings.read_only:
-                raise ReadOnly("This server serves a read-only copy: writes are refused.")
+                raise ReadOnly(READ_ONLY)
             if request.method == "HEAD":
                 raise WrongMethod(f"Action '{action}' changes data: use GET or POST, not HEAD.")
+        queue = None
         if action in QUEUE_ACTIONS:
             if raw_queue is None and client is None:
                 return  # a missing q is reported by the action itself
-            environ["zoscii.queue"] = self.actions.check_queue(action, raw_queue)
-        self.actions.authorize(client, action, raw_queue)
-        if action in ADMIN_ACTIONS and client is None:
+            queue = environ["zoscii.queue"] = self.actions.check_queue(action, raw_queue)
+        if client is not None:
+            self.settings.access.authorize(client, action, queue)
+        elif action in ADMIN_ACTIONS:
             # No access control: the peer's address decides (REMOTE_ADDR, or the
             # forwarded client when the peer is in ZOSCII_TRUSTED_PROXIES).
             self.admin_allow.check(
@@ -223,9 +227,7 @@ class Endpoint:
         """An OSError the core does not classify: 503 when the data volume cannot take
         writes (the reason /healthz gives), otherwise an unexpected error."""
         if self.settings.read_only:
-            return error_response(
-                ReadOnly("This server serves a read-only copy: writes are refused.")
-            )
+            return error_response(ReadOnly(READ_ONLY))
         problem = self.data_dir.check_writable()
         if problem is None:
             log.exception("unexpected error in %s", action)

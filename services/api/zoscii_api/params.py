@@ -85,6 +85,15 @@ class RequestParams:
             part.upload.discard()
 
 
+def whole_number(raw: str | None, name: str, *, max_digits: int = 19) -> int:
+    """A parameter that is a count, a size or a number of seconds: absent or empty is 0."""
+    if raw is None or raw == "":
+        return 0
+    if not raw.isascii() or not raw.isdigit() or len(raw) > max_digits:
+        raise InvalidInput(f"Parameter '{name}' must be a whole number.")
+    return int(raw)
+
+
 class _FieldBuffer:
     def __init__(self, name: str, limit: int) -> None:
         self.name, self.limit, self.data = name, limit, bytearray()

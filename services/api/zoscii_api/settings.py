@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoscii_api.auth import AccessControl, load_access_control
+from zoscii_api.auth import AccessControl
 from zosciimq.core.policy import PolicySource
-from zosciimq.settings import CoreSettings, SettingsError, env_field, read_env
+from zosciimq.service.config import read_service_env
+from zosciimq.settings import CoreSettings, SettingsError, env_field
 
 ACTIONS = (
     "publish",
@@ -122,11 +122,5 @@ class ApiSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
-        env = os.environ if env is None else env
-        return read_env(
-            cls,
-            env,
-            core=CoreSettings.from_env(env),
-            access=load_access_control(env),
-            policy=PolicySource(env.get("ZOSCII_POLICY_FILE", "").strip() or None),
-        )
+        """Its own variables, and core, access and policy read as every service reads them."""
+        return read_service_env(cls, env)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from werkzeug.wrappers import Request, Response
 
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.params import RequestParams
+from zoscii_api.params import RequestParams, whole_number
 from zoscii_api.responses import batch_response, envelope, message_response
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
@@ -165,8 +165,5 @@ def _headers(delivery: Delivery) -> dict[str, str]:
 
 
 def _number(raw: str | None, name: str) -> int:
-    if raw is None or raw == "":
-        return 0
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
-        raise InvalidInput(f"Parameter '{name}' must be a whole number.")
-    return int(raw)
+    """Seconds and counts of the work actions: at most 9 digits."""
+    return whole_number(raw, name, max_digits=9)

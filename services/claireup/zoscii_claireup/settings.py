@@ -6,15 +6,15 @@ variable's name, not at midnight when the first run would have happened.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from apscheduler.triggers.cron import CronTrigger
 
+from zosciimq.service.config import read_service_env
 from zosciimq.service.logs import log_settings
-from zosciimq.settings import CoreSettings, SettingsError, env_field, read_env
+from zosciimq.settings import CoreSettings, SettingsError, env_field
 
 
 def cron_trigger(expression: str) -> CronTrigger:
@@ -59,8 +59,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        settings = read_env(cls, env, core=CoreSettings.from_env(env), log=log_settings(env))
+        settings = read_service_env(cls, env)
         settings.validate()
         return settings
 

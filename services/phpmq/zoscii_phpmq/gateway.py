@@ -297,13 +297,17 @@ class Gateway:
                 finally:
                     await self._discard_upload(conn)
         except ProtocolError as exc:
-            self.metrics.protocol_errors.labels(exc.reason).inc()
-            log.warning("connection %s closed: %s (%s)", conn, exc.reason, exc.detail)
+            self._closed(conn, exc)
         except (ConnectionError, OSError) as exc:
             log.info("connection %s lost: %s", conn, exc)
         except Exception:
             self.metrics.protocol_errors.labels("internal").inc()
             log.exception("connection %s closed: internal error", conn)
+
+    def _closed(self, conn: Connection, exc: ProtocolError) -> None:
+        """The connection ends for ``exc``: counted by its reason, and logged."""
+        self.metrics.protocol_errors.labels(exc.reason).inc()
+        log.warning("connection %s closed: %s (%s)", conn, exc.reason, exc.detail)
 
     async def _first_byte(self, conn: Connection) -> bytes | None:
         """The first byte of the next message; None at the end (the client's, or a stop)."""
@@ -560,8 +564,7 @@ class Gateway:
             if not conn.closing:
                 log.info("connection %s lost while dispatching: %s", conn, exc)
         except ProtocolError as exc:
-            self.metrics.protocol_errors.labels(exc.reason).inc()
-            log.warning("connection %s closed: %s (%s)", conn, exc.reason, exc.detail)
+            self._closed(conn, exc)
         except Exception:
             self.metrics.protocol_errors.labels("internal").inc()
             log.exception("connection %s: dispatching from %s failed", conn, sub.queue)
@@ -569,11 +572,13 @@ class Gateway:
             conn.writer.transport.abort()  # the reading side ends and closes the connection
 
     def _change_token(self, queue: str, group: str) -> tuple[object, object]:
-        """Changes when the queue's index (a publish) or the group's log (another
-        consumer's ack, requeue, release...) does."""
-        return _stat(self.data_dir.index_path(queue)), _stat(
-            self.data_dir.group_log_path(queue, group)
-        )
+        """Changes when the queue's index (a publish: the core's own token) or the
+        group's log (another consumer's ack, requeue, release...) does."""
+        try:
+            published: object = self.queues.change_token(queue)
+        except FileNotFoundError:  # no message published yet
+            published = None
+        return published, _stat(self.data_dir.group_log_path(queue, group))
 
     async def _fill(self, sub: Subscription, free: int) -> int:
         """Lease up to ``free`` messages and dispatch them; how many were leased."""

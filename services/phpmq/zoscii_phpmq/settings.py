@@ -9,18 +9,18 @@ serve the same groups) and the queues nobody may publish to (``ZOSCII_BLOCKED_QU
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from zosciimq.access import AccessControl, load_access_control
+from zosciimq.access import AccessControl
 from zosciimq.core.groups import DEFAULT_MAX_DELIVERIES, clean_group
 from zosciimq.core.names import clean_queue
 from zosciimq.core.policy import PolicySource
 from zosciimq.errors import InvalidInput
+from zosciimq.service.config import read_service_env
 from zosciimq.service.logs import log_settings
-from zosciimq.settings import CoreSettings, SettingsError, env_field, env_int, read_env
+from zosciimq.settings import CoreSettings, SettingsError, env_field, env_int
 
 DEFAULT_GROUP = "phpmq"
 
@@ -123,15 +123,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        return read_env(
-            cls,
-            env,
-            core=CoreSettings.from_env(env),
-            access=load_access_control(env),
-            policy=PolicySource(env.get("ZOSCII_POLICY_FILE", "").strip() or None),
-            log=log_settings(env),
-        )
+        return read_service_env(cls, env)
 
     def with_overrides(self, *, data_dir: Path | None = None, port: int | None = None) -> Settings:
         changed = self

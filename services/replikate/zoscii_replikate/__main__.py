@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.config:
         env[CONFIG_VAR] = args.config
     settings = settings_or_exit(lambda: _settings(env, args))
-    level, log_format = settings.logs
+    level, log_format = settings.log
     setup_logging("replikate", level=level, log_format=log_format)
     if args.command == "check":
         return _check(settings)

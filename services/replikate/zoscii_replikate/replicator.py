@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 
 from zoscii_replikate.metrics import ReplikateMetrics
@@ -44,7 +44,7 @@ from zosciimq.client import ReplyInfo, TransportOptions, TruncatedReply, ZosciiC
 from zosciimq.client.errors import ZosciiClientError
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload, parse_name
 from zosciimq.core.errors import InvalidInput, StorageFull, TooLarge, ZosciiError
-from zosciimq.core.queues import Outgoing
+from zosciimq.core.queues import Clock, Outgoing, utc_now
 from zosciimq.core.states import read_pointer, write_pointer
 from zosciimq.core.upload import remove_uploads, sync_uploads
 
@@ -53,12 +53,6 @@ log = logging.getLogger("zoscii.replikate")
 WAIT_SLICE_SECONDS = 5  # one long-poll at most: a stop takes effect within this
 WAIT_MARGIN_SECONDS = 1.0  # the waiting ends this long before the next scheduled run
 FALLBACK_POLL_SECONDS = 1.0  # pace of polls while waiting on a source that does not hold
-
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class RunOutcome(StrEnum):

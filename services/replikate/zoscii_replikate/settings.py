@@ -34,6 +34,7 @@ from zoscii_replikate.pointer import pointer_path
 from zosciimq.core import DataDir
 from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import clean_queue
+from zosciimq.service.config import read_service_env
 from zosciimq.service.logs import LEVELS, log_settings
 from zosciimq.settings import (
     CoreSettings,
@@ -43,7 +44,6 @@ from zosciimq.settings import (
     env_float,
     env_int,
     env_str,
-    read_env,
 )
 
 DEFAULT_CONFIG = Path("/etc/zoscii/replikate.toml")
@@ -149,7 +149,7 @@ class Settings:
     metrics_host: str = env_field(ENV_PREFIX + "METRICS_HOST", "0.0.0.0")
     metrics_port: int = env_field(ENV_PREFIX + "METRICS_PORT", 9101, maximum=65535)
     # (level, format) as every service reads them (zosciimq.service.logs), see _logs().
-    logs: tuple[str, str] = field(default_factory=lambda: log_settings({}))
+    log: tuple[str, str] = field(default_factory=lambda: log_settings({}))
 
     @property
     def data_dir(self) -> Path:
@@ -174,13 +174,13 @@ class Settings:
         env = os.environ if env is None else env
         core = CoreSettings.from_env(env)
         config_path, document = _read_config(env)
-        return read_env(
+        return read_service_env(
             cls,
             env,
             core=core,
             config_path=config_path,
             jobs=load_jobs(document, env, DataDir(core.data_dir)),
-            logs=_logs(env),
+            log=_logs(env),
         )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from jinja2 import Environment, StrictUndefined
+from jinja2 import Environment
 from markupsafe import Markup, escape
 
 from zoscii_statissa.history import (
@@ -28,7 +28,7 @@ from zoscii_statissa.history import (
     queue_series,
 )
 from zoscii_statissa.model import ConsumerGroupStats, GroupStats, Snapshot
-from zoscii_statissa.report import STYLE, human_age, human_bytes, when
+from zoscii_statissa.report import environment, human_age, when
 from zoscii_statissa.snapshots import RunStatus
 from zosciimq.core.layout import DataDir
 from zosciimq.core.walk import Kind, iter_queue_files
@@ -59,10 +59,6 @@ def fmt_count(value: float) -> str:
 
 def fmt_rate(value: float) -> str:
     return f"{value:.1f}/min" if value < 100 else f"{value:,.0f}/min"
-
-
-def fmt_age(value: float) -> str:
-    return human_age(value)
 
 
 @dataclass(frozen=True)
@@ -211,7 +207,7 @@ def _queue_charts(points: Sequence[HistoryPoint], queues: Sequence[str]) -> list
             "age",
             "Oldest message age",
             tuple((q, queue_series(points, q, "oldest_age_seconds")) for q in queues),
-            fmt_age,
+            human_age,
         ),
     ]
 
@@ -387,24 +383,14 @@ RANGES_MACRO = """\
 """
 
 
-def environment() -> Environment:
-    """The Jinja environment both pages use (autoescaping: every name is escaped)."""
-    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True)
-    env.globals.update(
-        when=when,
-        num=lambda value: f"{value:,}",
-        size=human_bytes,
-        age=human_age,
-        style=Markup(STYLE),
-        range_keys=tuple(RANGES),
-    )
-    return env
+def _environment() -> Environment:
+    """The pages' environment (``report.environment``) with the chart ranges."""
+    return environment(range_keys=tuple(RANGES))
 
 
 class QueuePage:
     def __init__(self) -> None:
-        env = environment()
-        self._template = env.from_string(RANGES_MACRO + QUEUE_TEMPLATE)
+        self._template = _environment().from_string(RANGES_MACRO + QUEUE_TEMPLATE)
 
     def render(
         self,
@@ -460,7 +446,7 @@ class TrendsSection:
     """The charts section of the front page (rendered into ``ReportPage``)."""
 
     def __init__(self) -> None:
-        self._template = environment().from_string(RANGES_MACRO + TRENDS_TEMPLATE)
+        self._template = _environment().from_string(RANGES_MACRO + TRENDS_TEMPLATE)
 
     def render(
         self,

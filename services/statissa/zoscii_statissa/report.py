@@ -248,14 +248,21 @@ _ROW = """\
 """
 
 
+def environment(**extra: object) -> Environment:
+    """The Jinja environment of the console's pages (autoescaping: every name is escaped)
+    with the helpers every page uses, and ``extra`` ones."""
+    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True)
+    env.globals.update(
+        when=when, num=_num, size=human_bytes, age=human_age, style=Markup(STYLE), **extra
+    )
+    return env
+
+
 class ReportPage:
     """Renders the page; build one per app (the template compiles once)."""
 
     def __init__(self) -> None:
-        env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True)
-        env.globals.update(
-            when=when, num=_num, size=human_bytes, age=human_age, spark=_spark, style=Markup(STYLE)
-        )
+        env = environment(spark=_spark)
         macros = env.from_string(_ROW).module
         env.globals["group_row"] = macros.group_row  # type: ignore[attr-defined]
         self._template = env.from_string(TEMPLATE)

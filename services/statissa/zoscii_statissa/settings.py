@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zosciimq.access import AccessControl, load_access_control
+from zosciimq.access import AccessControl
+from zosciimq.service.config import read_service_env
 from zosciimq.service.logs import log_settings
-from zosciimq.settings import CoreSettings, SettingsError, env_field, env_list, read_env
+from zosciimq.settings import CoreSettings, SettingsError, env_field, env_list
 
 
 def _spark_conf(raw: str) -> tuple[tuple[str, str], ...]:
@@ -57,11 +57,4 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        return read_env(
-            cls,
-            env,
-            core=CoreSettings.from_env(env),
-            log=log_settings(env),
-            access=load_access_control(env),
-        )
+        return read_service_env(cls, env)

@@ -28,6 +28,14 @@ from zosciimq.core.layout import DataDir
 log = logging.getLogger(__name__)
 
 TASKS_PER_CORE = 3
+# Spark properties statissa sets unless ZOSCII_SPARK_CONF names them too (its pairs win).
+DEFAULT_CONF: tuple[tuple[str, str], ...] = (
+    # Spark's default for map statuses (zstd) loads a native library it unpacks into the
+    # temp directory, which is noexec in our containers: on a cluster the driver then
+    # cannot send the map outputs and every job fails. lz4 works there (and costs local
+    # mode nothing: map statuses are only serialised for remote executors).
+    ("spark.shuffle.mapStatus.compression.codec", "lz4"),
+)
 
 _LOG4J2 = """\
 rootLogger.level = warn
@@ -76,7 +84,7 @@ def build_session(settings: Settings, *, shuffle_partitions: int = 8) -> SparkSe
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
-    for key, value in settings.spark_conf:
+    for key, value in extra_conf(settings).items():
         builder = builder.config(key, value)
     log.info("starting Spark (master %s)", settings.spark_master)
     session = builder.getOrCreate()
@@ -88,6 +96,11 @@ def build_session(settings: Settings, *, shuffle_partitions: int = 8) -> SparkSe
         session.sparkContext.defaultParallelism,
     )
     return session
+
+
+def extra_conf(settings: Settings) -> dict[str, str]:
+    """``DEFAULT_CONF``, then the pairs of ``ZOSCII_SPARK_CONF`` (a later pair wins)."""
+    return dict((*DEFAULT_CONF, *settings.spark_conf))
 
 
 def ship_packages(session: SparkSession, directory: Path) -> Path:

@@ -49,8 +49,6 @@ log = logging.getLogger(__name__)
 REFRESH = "/refresh"  # the one route that is not GET
 STATISTICS = "statistics"  # the right the page, /stats.json and /refresh need
 QUEUES = "/queues/"  # the queue pages: /queues/<name>
-# every path that needs the right (a queue page stands for all of them)
-PROTECTED = frozenset({"/", "/stats.json", "/history.json", REFRESH, f"{QUEUES}orders"})
 
 
 def build_registry(keeper: SnapshotKeeper) -> CollectorRegistry:
