@@ -20,6 +20,22 @@ from bench.harness import Operation, OperationFactory
 COPY_CHUNK = 1 << 20
 
 
+def file_names(number: int) -> Callable[[], str]:
+    """New file names for client ``number``, unique across clients and runs."""
+    prefix = f"{number:02d}-{uuid.uuid4().hex[:8]}-"
+    sequence = iter(range(1 << 62))
+    return lambda: f"{prefix}{next(sequence):012d}.bin"
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsync of a directory: its new entries (renames) are durable."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def durable_write_factory(target_dir: Path, temp_dir: Path, payload: bytes) -> OperationFactory:
     """Create + write + fsync + rename + fsync dir of one file: what a durable publish needs."""
     target_dir.mkdir(parents=True, exist_ok=True)
@@ -27,11 +43,10 @@ def durable_write_factory(target_dir: Path, temp_dir: Path, payload: bytes) -> O
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 
     def factory(number: int) -> Operation:
-        prefix = f"{number:02d}-{uuid.uuid4().hex[:8]}-"
-        sequence = iter(range(1 << 62))
+        new_name = file_names(number)
 
         def write_one() -> None:
-            name = f"{prefix}{next(sequence):012d}.bin"
+            name = new_name()
             temp = temp_dir / (name + ".part")
             fd = os.open(temp, flags, 0o644)
             try:
@@ -40,11 +55,7 @@ def durable_write_factory(target_dir: Path, temp_dir: Path, payload: bytes) -> O
             finally:
                 os.close(fd)
             os.rename(temp, target_dir / name)
-            dir_fd = os.open(target_dir, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_directory(target_dir)
 
         return write_one
 
@@ -75,11 +86,10 @@ def durable_batch_factory(
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 
     def factory(number: int) -> Operation:
-        prefix = f"{number:02d}-{uuid.uuid4().hex[:8]}-"
-        sequence = iter(range(1 << 62))
+        new_name = file_names(number)
 
         def write_batch() -> None:
-            names = [f"{prefix}{next(sequence):012d}.bin" for _ in payloads]
+            names = [new_name() for _ in payloads]
             fds = [os.open(temp_dir / (name + ".part"), flags, 0o644) for name in names]
             try:
                 for fd, payload in zip(fds, payloads, strict=True):
@@ -93,11 +103,7 @@ def durable_batch_factory(
                     os.close(fd)
             for name in names:
                 os.rename(temp_dir / (name + ".part"), target_dir / name)
-            dir_fd = os.open(target_dir, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_directory(target_dir)
 
         return write_batch
 

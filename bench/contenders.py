@@ -14,8 +14,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from bench import REPO
 from bench.context import Context
 from bench.original import OriginalServer, unavailable
 from bench.servers import Api
-from tests.support.api_server import GUNICORN_CONF, free_port
+from tests.support.api_server import GUNICORN_CONF, free_port, until_healthy
 
 log = logging.getLogger("bench.contenders")
 
@@ -88,16 +86,8 @@ class FloorServer:
             self.process = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                break
-            try:
-                with urllib.request.urlopen(self.url + "healthz", timeout=1) as reply:
-                    if reply.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.05)
+        if until_healthy(self.url, timeout, self.process):
+            return self
         self.stop()
         log_text = (self.workdir / "floor.log").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"floor app did not start:\n{log_text}")

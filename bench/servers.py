@@ -5,18 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 from typing import Protocol
 
 from bench.fill import share_with
-from tests.support.api_server import ApiServer, free_port
+from tests.support.api_server import ApiServer, free_port, until_healthy
 
 log = logging.getLogger("bench.servers")
 
 IMAGE = "zoscii/api:dev"
-CONTAINER_UID = 10001  # the image's non-root user (services/api/Dockerfile)
+CONTAINER_UID = 10001  # the image's non-root user (deploy/Dockerfile)
 
 
 class Api(Protocol):
@@ -90,14 +88,8 @@ class ContainerApi:
         self.container_id = subprocess.run(
             command, capture_output=True, text=True, check=True
         ).stdout.strip()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "healthz", timeout=1) as reply:
-                    if reply.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.1)
+        if until_healthy(self.url, timeout, pause=0.1):
+            return self
         logs = subprocess.run(["docker", "logs", self.container_id], capture_output=True, text=True)
         self.stop()
         raise RuntimeError(f"container did not become healthy:\n{logs.stdout}{logs.stderr}")

@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 import docker
@@ -23,8 +21,8 @@ from testcontainers.core.config import ConnectionMode
 from testcontainers.core.docker_client import DockerClient
 
 from tests.e2e import mq
-from tests.e2e.compose_cli import clean_environment, compose_command
-from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT
+from tests.e2e.compose_cli import compose_command, run_compose
+from tests.e2e.compose_spec import COMPOSE_FILE
 from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import wait_healthy
 
@@ -110,23 +108,9 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
     env_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     base = [*compose, "-p", project, "--env-file", str(env_file), "-f", str(COMPOSE_FILE)]
 
-    def run(*args: str, timeout: float) -> None:
-        started = time.monotonic()
-        done = subprocess.run(
-            [*base, *args],
-            cwd=REPO_ROOT,
-            env=clean_environment(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        log.info("compose %s: %.1f s", " ".join(args), time.monotonic() - started)
-
     selector = {"label": f"{PROJECT_LABEL}={project}"}
     try:
-        run("up", "-d", "--no-build", timeout=300)
+        run_compose(base, "up", "-d", "--no-build", timeout=300)
         containers = e2e.client.containers.list(all=True, filters=selector)
         assert {c.labels[SERVICE_LABEL] for c in containers} == SERVICES
         assert len(containers) == len(SERVICES)
@@ -171,7 +155,7 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
             assert http.get(f"{stats}/healthz", timeout=10).status_code == 200
     finally:
         try:
-            run("down", "-v", timeout=300)
+            run_compose(base, "down", "-v", timeout=300)
         finally:
             leftovers = (
                 [c.name for c in e2e.client.containers.list(all=True, filters=selector)]

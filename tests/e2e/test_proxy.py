@@ -20,18 +20,18 @@ import logging
 import os
 import re
 import socket
-import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import pytest
 import requests
 from docker.models.containers import Container
 
 from tests.e2e import mq
-from tests.e2e.compose_cli import clean_environment, compose_command
-from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT
+from tests.e2e.compose_cli import compose_command, run_compose
+from tests.e2e.compose_spec import COMPOSE_FILE
 from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import wait_healthy
 from tests.e2e.test_compose import free_ports, published_host, remove_project
@@ -45,6 +45,7 @@ SERVICE_LABEL = "com.docker.compose.service"
 HALF_OPEN = 300  # connections holding half a request head; the api has 2 x 32 threads
 PUBLISHES = 60
 MAX_MESSAGE = 16 << 20  # the proxy then takes bodies up to 32 MiB
+T = TypeVar("T")
 HALF_HEAD = b"POST /?action=publish&q=slowloris HTTP/1.1\r\nHost: mq\r\nContent-Le"
 
 
@@ -66,21 +67,10 @@ def proxied(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
     env_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     base = [*compose, "-p", project, "--env-file", str(env_file), "-f", str(COMPOSE_FILE)]
 
-    def run(*args: str, timeout: float) -> None:
-        done = subprocess.run(
-            [*base, *args],
-            cwd=REPO_ROOT,
-            env=clean_environment(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-
     selector = {"label": f"{PROJECT_LABEL}={project}"}
     try:
-        run("up", "-d", "--no-build", "proxy", timeout=300)  # and the api, its dependency
+        # the proxy and the api, its dependency
+        run_compose(base, "up", "-d", "--no-build", "proxy", timeout=300)
         containers = e2e.client.containers.list(all=True, filters=selector)
         by_service = {c.labels[SERVICE_LABEL]: c for c in containers}
         assert set(by_service) == {"proxy", "api"}, sorted(by_service)
@@ -89,9 +79,18 @@ def proxied(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
         yield {"url": url, "proxy": by_service["proxy"], "api": by_service["api"]}
     finally:
         try:
-            run("down", "-v", timeout=300)
+            run_compose(base, "down", "-v", timeout=300)
         finally:
             remove_project(e2e.client, project)
+
+
+def until(read: Callable[[], T], done: Callable[[T], bool], seconds: float = 10) -> T:
+    """``read()`` again until ``done`` says yes or ``seconds`` pass; the last value read
+    (the caller asserts on it)."""
+    deadline = time.monotonic() + seconds
+    while not done(value := read()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return value
 
 
 def nginx_status(proxy: Container) -> dict[str, int]:
@@ -136,8 +135,9 @@ def test_half_sent_request_heads_do_not_hold_back_publishes(proxied: dict) -> No
     url: str = proxied["url"]
     host, port = url.removeprefix("http://").rsplit(":", 1)
     with half_sent_heads(host, int(port), HALF_OPEN) as sockets:
-        status = nginx_status(proxied["proxy"])
-        assert status["reading"] >= HALF_OPEN, status  # nginx holds them, reading
+        # nginx holds them, reading (once it has accepted the last ones connected)
+        status = until(lambda: nginx_status(proxied["proxy"]), lambda s: s["reading"] >= HALF_OPEN)
+        assert status["reading"] >= HALF_OPEN, status
 
         def publish(number: int) -> str:
             with requests.Session() as http:
@@ -202,7 +202,10 @@ def test_no_query_strings_in_the_log_no_metrics_and_the_request_id(proxied: dict
         assert reply.headers["X-Request-ID"] == "e2e-proxy-1"  # the api got the client's id
         metrics = http.get(f"{url}/metrics", timeout=30)
         assert metrics.status_code == 404 and mq.envelope(metrics)["error"] == "Not found."
-    time.sleep(0.5)  # the log lines reach docker
-    logs = proxied["proxy"].logs().decode("utf-8", "replace")
+    # until the request's log line has reached docker
+    logs = until(
+        lambda: proxied["proxy"].logs().decode("utf-8", "replace"),
+        lambda text: '"request_id":"e2e-proxy-1"' in text,
+    )
     assert '"request_id":"e2e-proxy-1"' in logs, logs[-2000:]
     assert secret_queue not in logs and "5f2d4a" not in logs, logs[-2000:]

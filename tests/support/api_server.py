@@ -29,6 +29,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def until_healthy(
+    url: str, timeout: float, process: subprocess.Popen[bytes] | None = None, pause: float = 0.05
+) -> bool:
+    """Ask ``url`` + ``healthz`` until it answers 200 (True); False once ``timeout`` has
+    passed or ``process`` (the server, when started here) has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url + "healthz", timeout=1) as reply:
+                if reply.status == 200:
+                    return True
+        except OSError:
+            time.sleep(pause)
+    return False
+
+
 class ApiServer:
     """One gunicorn master with its workers; ``url`` ends with a slash."""
 
@@ -60,16 +78,10 @@ class ApiServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"api exited early:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(self.url + "healthz", timeout=1) as reply:
-                    if reply.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.05)
+        if until_healthy(self.url, timeout, self.process):
+            return self
+        if self.process.poll() is not None:
+            raise RuntimeError(f"api exited early:\n{self.log()}")
         raise RuntimeError(f"api did not become healthy:\n{self.log()}")
 
     def worker_pids(self) -> list[int]:
