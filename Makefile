@@ -77,7 +77,15 @@ ps:
 # skipped with the reason; they never pass silently.
 
 VENV ?= .venv
-PYTEST = TESTCONTAINERS_RYUK_DISABLED=true $(VENV)/bin/pytest
+# Bytecode, and pytest's assertion-rewritten test modules, are cached in the venv
+# ($(PYCACHE)), never beside the sources, even where PYTHONDONTWRITEBYTECODE is set:
+# without a cache every run rewrites each test module and plugin package again (about
+# 5 s of a fast-tier run's collection) and every service subprocess compiles the sources.
+# What tests compile in temporary directories (tests/cli/test_packaging's venv) is
+# dropped from it before a run, so it does not grow run after run.
+PYCACHE := $(abspath $(VENV))/pycache
+PYTEST = TESTCONTAINERS_RYUK_DISABLED=true PYTHONDONTWRITEBYTECODE= \
+  PYTHONPYCACHEPREFIX=$(PYCACHE) $(VENV)/bin/pytest
 
 .PHONY: venv lint test test-unit test-e2e e2e-images bench bench-quick
 
@@ -101,15 +109,21 @@ e2e-images:
 	 else echo "make: no Docker engine answers: e2e tests will be reported skipped"; fi
 
 test: lint e2e-images
+	rm -rf "$(PYCACHE)$${TMPDIR:-/tmp}"
 	$(PYTEST) tests
 
-# The fast tier: no containers, no test marked slow, a twentieth of each property's
+# The fast tier: no containers (nor Docker at all), no test marked slow (a module marked
+# slow as a whole is not even imported: tests/conftest.py), a twentieth of each property's
 # examples (tests/support/tiers.py), temporary files on tmpfs where there is one (its
 # tests fsync a lot; durability on a disk is for the slow tier's crash and power-loss
-# tests). `make test` runs all of it, in full, on the disk.
+# tests), on two processes (pytest-xdist: most of the tier's time is waiting for leases,
+# servers and timeouts, which overlap). `make test` runs all of it, in full, in one
+# process, on the disk.
 test-unit: venv
-	TMPDIR=$$(test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo "$${TMPDIR:-/tmp}") \
-	  $(PYTEST) tests --ignore=tests/e2e -m "not slow" --hypothesis-profile=fast
+	tmp=$$(test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo "$${TMPDIR:-/tmp}"); \
+	  rm -rf "$(PYCACHE)$$tmp" && \
+	  TMPDIR=$$tmp $(PYTEST) tests --ignore=tests/e2e -m "not slow" --hypothesis-profile=fast \
+	  -n 2
 
 test-e2e: venv e2e-images
 	$(PYTEST) tests/e2e
@@ -125,6 +139,14 @@ bench: venv
 bench-quick: venv
 	@sh bench/tools.sh
 	$(VENV)/bin/python -m bench.run --quick
+
+# statissa over 100k and 1M generated files: local[*], a two-worker Spark cluster (needs
+# the images), a Python scan and find, in alternating rounds (docs/benchmarks.md,
+# "statissa at scale"). SCALE_ARGS passes more: e.g. '--ten-million --dir /mnt/big --keep'
+# (10M needs 10M free inodes there; never part of make test).
+.PHONY: bench-statissa-scale
+bench-statissa-scale: venv
+	$(VENV)/bin/python -m bench.spark_scale $(SCALE_ARGS)
 
 # py-spy of one api worker under 10 s of publishing (docs/benchmarks.md, "Profiling").
 .PHONY: profile

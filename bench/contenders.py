@@ -2,9 +2,11 @@
 
 *ours* is the api as the other scenarios start it. The *floor* is ``bench/floor_app.py``
 under gunicorn with the api's settings (workers, threads, keepalive, timeout, access
-log), read from ``services/api/gunicorn.conf.py`` so the two stay alike; only the worker
-class is plain ``gthread``. The *original* runs when ``ZOSCII_BENCH_ORIGINAL`` is set and
-nginx and php-fpm are installed; otherwise ``missing`` says why not.
+log, and the worker class: gthread with the api's keep-alive linger and head deadline),
+read from ``services/api/gunicorn.conf.py`` so the two stay alike: the floor is what the
+same server costs for an app that does nothing. The *original* runs when
+``ZOSCII_BENCH_ORIGINAL`` is set and nginx and php-fpm are installed; otherwise
+``missing`` says why not.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def api_gunicorn_settings(scratch: Path) -> dict[str, object]:
 
 
 class FloorServer:
-    """``bench.floor_app:app`` under gunicorn (gthread) with the api's settings."""
+    """``bench.floor_app:app`` under gunicorn with the api's settings and worker class."""
 
     def __init__(self, workdir: Path, *, workers: int, threads: int) -> None:
         self.workdir, self.workers, self.threads = workdir, workers, threads
@@ -70,7 +72,7 @@ class FloorServer:
             sys.executable,
             "-m",
             "gunicorn",
-            "--worker-class=gthread",
+            f"--worker-class={self.settings['worker_class']}",
             f"--workers={self.workers}",
             f"--threads={self.threads}",
             f"--keep-alive={self.settings['keepalive']}",

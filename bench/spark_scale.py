@@ -1,24 +1,31 @@
 """statissa at scale (issue 18): local[*], a two-worker cluster, a plain scandir walk and
 ``find`` over the same tree of message files, in alternating rounds.
 
-The tree is generated straight on disk (``bench.statissa_bench.build``: empty-or-tiny
-files with names in the real format, spread over queues) for each file count, then
-every round runs, in turn:
+The tree is generated straight on disk (``bench.statissa_bench.build``: empty-or-sparse
+files with names in the real format, spread over 100 queues) for each file count, then
+every round runs each mode once, the order rotating from round to round:
 
 - ``local``: ``python -m zoscii_statissa --once`` with ``local[*]``, Spark's start
-  included; the peak RSS of its process tree (Python driver + JVM + Python workers) is
-  sampled from /proc every 50 ms;
-- ``cluster``: the same on a master and two workers started from zoscii/statissa with
-  the tree bind-mounted read-only at /data (Docker and the image needed; else skipped);
-  the time is the driver container's whole run;
-- ``scandir``: ``zoscii_statissa.scan.scan_locally`` (the Python-only scan), in-process
-  child, same RSS sampling;
-- ``find``: ``find DIR -type f -printf '%s\\n'`` summed, the floor.
+  included;
+- ``cluster``: the same in a zoscii/statissa container against a master and two workers
+  from the same image, the tree bind-mounted read-only at /data (Docker and the image
+  needed; else skipped); the time is the driver container's whole run;
+- ``scandir``: ``zoscii_statissa.scan.scan_locally`` (the Python-only scan) in a child;
+- ``find``: ``find DIR -type f -name '*.bin' -printf '%s\\n'`` summed, the floor.
+
+Memory is sampled from /proc every 50 ms: ``tree`` is the RSS of the whole process tree
+(in local mode that includes Spark's Python workers, the executors), ``driver`` the
+tree without them (the Python driver and its JVM); for the cluster, the driver
+container's processes (its executors run in the workers). The load average at each
+round is recorded: the figures are only as quiet as the machine.
 
     python -m bench.spark_scale [--files 100000,1000000] [--rounds 3] [--ten-million]
-    ZOSCII_BENCH_SCALE_FILES=100000,1000000 make bench     # suite "statissa-scale"
+                                [--no-cluster] [--dir DIR] [--keep]
+    make bench-statissa-scale             # 100k and 1M, 3 rounds (docs/benchmarks.md)
 
-Not part of ``make bench-quick``. Files are removed after each count.
+With ``--keep`` the trees stay in ``DIR/tree-<files>`` and a later run reuses them (a 10M
+tree takes a quarter of an hour to generate; put DIR on a file system with 10M free
+inodes, ``df -i``). Not part of ``make bench-quick``.
 """
 
 from __future__ import annotations
@@ -30,10 +37,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,10 +51,24 @@ from bench.statissa_bench import build
 DEFAULT_FILES = (100_000, 1_000_000)
 IMAGE = os.environ.get("ZOSCII_BENCH_STATISSA_IMAGE", "zoscii/statissa:dev")
 QUEUES = 100
+WORKERS = 2
+WORKERS_TIMEOUT = 120.0
+EXECUTORS = "pyspark.daemon"  # local mode's Python workers: forks of this module
 
 
-def _tree_rss(pid: int) -> int:
-    """RSS bytes of a process and its descendants, from /proc."""
+@dataclass
+class Run:
+    """One mode's one run: wall seconds, peak RSS (bytes) and the messages it counted."""
+
+    seconds: float
+    messages: int
+    tree_rss: int = 0
+    driver_rss: int = 0
+
+
+# --- memory sampling ---------------------------------------------------------------------
+def _processes() -> dict[int, list[int]]:
+    """Children of every process, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -57,51 +79,87 @@ def _tree_rss(pid: int) -> int:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
         except OSError:
             continue
-    total, stack = 0, [pid]
-    page = os.sysconf("SC_PAGE_SIZE")
+    return children
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def _is_executor(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return EXECUTORS.encode() in cmdline.read()
+    except OSError:
+        return False
+
+
+def tree_rss(pid: int) -> tuple[int, int]:
+    """(RSS of the tree under ``pid``, RSS of it without local mode's Python workers)."""
+    children = _processes()
+    tree = driver = 0
+    stack = [(pid, False)]
     while stack:
-        current = stack.pop()
-        try:
-            with open(f"/proc/{current}/statm", "rb") as statm:
-                total += int(statm.read().split()[1]) * page
-        except OSError:
-            pass
-        stack.extend(children.get(current, []))
-    return total
+        current, in_executor = stack.pop()
+        in_executor = in_executor or _is_executor(current)
+        rss = _rss(current)
+        tree += rss
+        driver += 0 if in_executor else rss
+        stack.extend((child, in_executor) for child in children.get(current, []))
+    return tree, driver
 
 
-def _timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
-    """(seconds, peak tree RSS bytes, stdout) of one command."""
-    started = time.monotonic()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
-    peak, done = 0, threading.Event()
+class Sampler:
+    """Peak RSS of a process tree, sampled every 50 ms until ``stop``."""
 
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _tree_rss(child.pid))
+    def __init__(self, pid: Callable[[], int | None]) -> None:
+        self._pid = pid
+        self.tree = self.driver = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            pid = self._pid()
+            if pid:
+                tree, driver = tree_rss(pid)
+                self.tree, self.driver = max(self.tree, tree), max(self.driver, driver)
             time.sleep(0.05)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[Run, str]:
+    """One command's run (its tree sampled) and its stdout."""
+    started = time.monotonic()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
+    sampler = Sampler(lambda: child.pid)
     output, _ = child.communicate()
     seconds = time.monotonic() - started
-    done.set()
-    sampler.join()
+    sampler.stop()
     if child.returncode != 0:
         raise RuntimeError(f"{command[:4]} exited {child.returncode}")
-    return seconds, peak, output
+    return Run(seconds, 0, sampler.tree, sampler.driver), output
 
 
-def run_local(data: Path, work: Path) -> tuple[float, int, int]:
+# --- the modes ---------------------------------------------------------------------------
+def run_local(data: Path, work: Path) -> Run:
     env = {**os.environ, "ZOSCII_SPARK_MASTER": "local[*]", "ZOSCII_SPARK_LOCAL_DIR": str(work)}
     env.pop("ZOSCII_SPARK_CONF", None)
     command = [sys.executable, "-m", "zoscii_statissa", "--once", "--data-dir", str(data)]
-    seconds, peak, output = _timed(command, env)
-    return seconds, peak, json.loads(output)["totals"]["messages"]
+    run, output = timed(command, env)
+    run.messages = json.loads(output)["totals"]["messages"]
+    return run
 
 
-def run_scandir(data: Path) -> tuple[float, int, int]:
+def run_scandir(data: Path) -> Run:
     script = (
         "import json,sys,time;from zosciimq.core.layout import DataDir;"
         "from zoscii_statissa.compute import compute_snapshot;"
@@ -109,11 +167,12 @@ def run_scandir(data: Path) -> tuple[float, int, int]:
         "s=compute_snapshot(scan_locally, DataDir(sys.argv[1]), time.time());"
         "print(json.dumps({'messages': s.total_messages}))"
     )
-    seconds, peak, output = _timed([sys.executable, "-c", script, str(data)])
-    return seconds, peak, json.loads(output)["messages"]
+    run, output = timed([sys.executable, "-c", script, str(data)])
+    run.messages = json.loads(output)["messages"]
+    return run
 
 
-def run_find(data: Path) -> tuple[float, int, int]:
+def run_find(data: Path) -> Run:
     started = time.monotonic()
     done = subprocess.run(
         ["find", str(data / "queues"), "-type", "f", "-name", "*.bin", "-printf", "%s\\n"],
@@ -122,7 +181,7 @@ def run_find(data: Path) -> tuple[float, int, int]:
     )
     total = sum(int(line) for line in done.stdout.split())
     del total  # summed, as a tool would; the count is what the others report
-    return time.monotonic() - started, 0, done.stdout.count(b"\n")
+    return Run(time.monotonic() - started, done.stdout.count(b"\n"))
 
 
 class Cluster:
@@ -140,41 +199,76 @@ class Cluster:
         probe = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True)
         return None if probe.returncode == 0 else f"image {IMAGE} missing (make images)"
 
-    def _run(self, name: str, *args: str) -> None:
-        full = f"{self.tag}-{name}"
-        subprocess.run(
-            ["docker", "run", "-d", "--name", full, "--network", self.tag,
+    def _docker_run(self, name: str, *args: str) -> str:
+        """Start a detached container on the bench's network; its id."""
+        started = subprocess.run(
+            ["docker", "run", "-d", "--name", f"{self.tag}-{name}", "--network", self.tag,
              "--network-alias", name, "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
              "--security-opt", "no-new-privileges:true", "-e", "HOME=/tmp",
-             "-e", "SPARK_LOCAL_DIRS=/tmp", "-v", f"{self.data}:/data:ro", IMAGE, *args],
-            check=True, capture_output=True,
+             "-e", "SPARK_LOCAL_DIRS=/tmp", "-v", f"{self.data}:/data:ro", *args],
+            check=True, capture_output=True, text=True,
         )  # fmt: skip
-        self.names.append(full)
+        self.names.append(f"{self.tag}-{name}")
+        return started.stdout.strip()
 
-    def start(self) -> None:
+    def start(self) -> float:
+        """Master and workers up; the seconds until the master counted both workers alive."""
+        started = time.monotonic()
         subprocess.run(["docker", "network", "create", self.tag], check=True, capture_output=True)
-        self._run("spark-master", "spark-class", "org.apache.spark.deploy.master.Master",
-                  "--host", "spark-master")  # fmt: skip
-        for worker in ("spark-worker-1", "spark-worker-2"):
-            self._run(worker, "spark-class", "org.apache.spark.deploy.worker.Worker",
-                      "--host", worker, "--cores", "1", "--memory", "1g",
-                      "--work-dir", "/tmp/spark-work", "spark://spark-master:7077")  # fmt: skip
-        time.sleep(15)  # master up, workers registered
+        master = "org.apache.spark.deploy.master.Master"
+        self._docker_run("spark-master", IMAGE, "spark-class", master, "--host", "spark-master")
+        for worker in range(1, WORKERS + 1):
+            self._docker_run(f"spark-worker-{worker}", IMAGE, "spark-class",
+                             "org.apache.spark.deploy.worker.Worker",
+                             "--host", f"spark-worker-{worker}", "--cores", "1",
+                             "--memory", "1g", "--work-dir", "/tmp/spark-work",
+                             "spark://spark-master:7077")  # fmt: skip
+        self.wait_for_workers()
+        return time.monotonic() - started
 
-    def run(self) -> tuple[float, int, int]:
+    def alive_workers(self) -> int:
+        """Alive workers as the master's JSON (:8080/json/) counts them, from inside it."""
+        probe = (
+            "import json,urllib.request;"
+            "w=json.load(urllib.request.urlopen('http://127.0.0.1:8080/json/',timeout=3));"
+            "print(sum(x.get('state')=='ALIVE' for x in w.get('workers',[])))"
+        )
+        asked = subprocess.run(
+            ["docker", "exec", f"{self.tag}-spark-master", "python", "-c", probe],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        return int(asked.stdout.strip()) if asked.returncode == 0 else 0
+
+    def wait_for_workers(self) -> None:
+        deadline = time.monotonic() + WORKERS_TIMEOUT
+        while self.alive_workers() < WORKERS:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the master did not see {WORKERS} workers alive")
+            time.sleep(0.5)
+
+    def run(self) -> Run:
         conf = (
             "spark.driver.host=statissa,spark.driver.bindAddress=0.0.0.0,"
             "spark.shuffle.mapStatus.compression.codec=lz4,spark.executor.memory=512m"
         )
-        command = [
-            "docker", "run", "--rm", "--network", self.tag, "--network-alias", "statissa",
-            "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges:true", "-v", f"{self.data}:/data:ro",
-            "-e", "ZOSCII_SPARK_MASTER=spark://spark-master:7077",
-            "-e", f"ZOSCII_SPARK_CONF={conf}", IMAGE, "python", "-m", "zoscii_statissa", "--once",
-        ]  # fmt: skip
-        seconds, _, output = _timed(command)
-        return seconds, 0, json.loads(output)["totals"]["messages"]
+        name = f"driver-{uuid.uuid4().hex[:6]}"
+        started = time.monotonic()
+        container = self._docker_run(
+            name, "-e", "ZOSCII_SPARK_MASTER=spark://spark-master:7077",
+            "-e", f"ZOSCII_SPARK_CONF={conf}", "--network-alias", "statissa",
+            IMAGE, "python", "-m", "zoscii_statissa", "--once",
+        )  # fmt: skip
+        sampler = Sampler(_ContainerPid(container))
+        waited = subprocess.run(["docker", "wait", container], capture_output=True, text=True)
+        seconds = time.monotonic() - started
+        sampler.stop()
+        logs = subprocess.run(["docker", "logs", container], capture_output=True, text=True)
+        subprocess.run(["docker", "rm", "-f", "-v", container], capture_output=True)
+        self.names.remove(f"{self.tag}-{name}")
+        if waited.stdout.strip() != "0":
+            raise RuntimeError(f"cluster driver exited {waited.stdout.strip()}: {logs.stderr}")
+        messages = json.loads(logs.stdout)["totals"]["messages"]
+        return Run(seconds, messages, sampler.tree, sampler.driver)
 
     def stop(self) -> None:
         for name in self.names:
@@ -182,55 +276,128 @@ class Cluster:
         subprocess.run(["docker", "network", "rm", self.tag], capture_output=True)
 
 
-def summary(values: list[float]) -> dict[str, float]:
+class _ContainerPid:
+    """The host pid of a container's first process, asked of Docker until it is known."""
+
+    def __init__(self, container: str) -> None:
+        self._container = container
+        self._pid: int | None = None
+
+    def __call__(self) -> int | None:
+        if self._pid is None:
+            inspected = subprocess.run(
+                ["docker", "inspect", "-f", "{{.State.Pid}}", self._container],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            self._pid = int(inspected.stdout.strip() or 0) or None
+        return self._pid
+
+
+# --- rounds ------------------------------------------------------------------------------
+def summary(values: list[float], digits: int = 2) -> dict[str, Any]:
     return {
-        "median": round(statistics.median(values), 2),
-        "min": round(min(values), 2),
-        "max": round(max(values), 2),
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "all": [round(v, digits) for v in values],
     }
 
 
-def measure(files: int, rounds: int, parent: Path, cluster: bool = True) -> dict[str, Any]:
-    base = Path(tempfile.mkdtemp(prefix="zoscii-scale-", dir=parent))
+def tree_for(files: int, parent: Path, keep: bool) -> tuple[Path, float | None]:
+    """``parent/tree-<files>``, generated unless a kept one is there; its generation time."""
+    base = parent / f"tree-{files}"
+    marker = base / "built.json"
+    if marker.exists():
+        return base, None
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
     os.chmod(base, 0o755)  # the containers' user reads the bind mount
+    now = datetime.now(UTC).replace(microsecond=0)
+    seconds = build(base / "data", files, QUEUES, now)
+    if keep:
+        marker.write_text(json.dumps({"files": files, "queues": QUEUES, "seconds": seconds}))
+    return base, seconds
+
+
+def measure(
+    files: int, rounds: int, parent: Path, *, cluster: bool = True, keep: bool = False
+) -> dict[str, Any]:
+    base, generated = tree_for(files, parent, keep)
+    data, work = base / "data", parent / f"spark-{os.getpid()}"
     result: dict[str, Any] = {"files": files, "queues": QUEUES, "rounds": rounds}
+    if generated is not None:
+        result["generate_seconds"] = round(generated, 1)
     clustered: Cluster | None = None
     try:
-        now = datetime.now(UTC).replace(microsecond=0)
-        result["generate_seconds"] = round(build(base / "data", files, QUEUES, now), 1)
-        modes: dict[str, Any] = {
-            "local": lambda: run_local(base / "data", base / "spark"),
-            "scandir": lambda: run_scandir(base / "data"),
-            "find": lambda: run_find(base / "data"),
+        modes: dict[str, Callable[[], Run]] = {
+            "local": lambda: run_local(data, work),
+            "scandir": lambda: run_scandir(data),
+            "find": lambda: run_find(data),
         }
         problem = Cluster.available() if cluster else "disabled"
         if problem is None:
-            clustered = Cluster(base / "data")
-            clustered.start()
+            clustered = Cluster(data)
+            result["cluster_start_seconds"] = round(clustered.start(), 1)
             modes["cluster"] = clustered.run
         else:
             result["cluster_skipped"] = problem
-        times: dict[str, list[float]] = {m: [] for m in modes}
-        rss: dict[str, list[float]] = {m: [] for m in modes}
-        for _ in range(rounds):
-            for mode, run in modes.items():
-                seconds, peak, counted = run()
-                if counted != files:
-                    raise RuntimeError(f"{mode} counted {counted} of {files}")
-                times[mode].append(seconds)
-                rss[mode].append(peak / 2**20)
-                print(f"{files} files {mode}: {seconds:.2f}s", file=sys.stderr, flush=True)
-        for mode in modes:
-            result[mode] = {"seconds": summary(times[mode])}
-            if mode in ("local", "scandir"):
-                result[mode]["peak_rss_mib"] = summary(rss[mode])
+        runs: dict[str, list[Run]] = {mode: [] for mode in modes}
+        loads: list[float] = []
+        order = list(modes)
+        for number in range(rounds):
+            loads.append(os.getloadavg()[0])
+            for mode in order[number % len(order) :] + order[: number % len(order)]:
+                run = modes[mode]()
+                if run.messages != files:
+                    raise RuntimeError(f"{mode} counted {run.messages} of {files}")
+                runs[mode].append(run)
+                print(f"{files} files {mode}: {run.seconds:.2f}s tree "
+                      f"{run.tree_rss / 2**20:.0f} MiB driver {run.driver_rss / 2**20:.0f} MiB",
+                      file=sys.stderr, flush=True)  # fmt: skip
+        result["load_average_1m"] = summary(loads)
+        for mode, done in runs.items():
+            result[mode] = {"seconds": summary([r.seconds for r in done])}
+            if mode != "find":
+                result[mode]["tree_rss_mib"] = summary([r.tree_rss / 2**20 for r in done], 0)
+                result[mode]["driver_rss_mib"] = summary([r.driver_rss / 2**20 for r in done], 0)
         find_median = result["find"]["seconds"]["median"]
-        result["local_vs_find"] = round(result["local"]["seconds"]["median"] / find_median, 2)
+        result["vs_find"] = {
+            mode: round(result[mode]["seconds"]["median"] / find_median, 2)
+            for mode in runs
+            if mode != "find"
+        }
     finally:
         if clustered:
             clustered.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
     return result
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The Markdown rows docs/benchmarks.md shows: median (range), ratio to find."""
+    modes = ("local", "cluster", "scandir", "find")
+    lines = [
+        "| files | rounds | " + " | ".join(f"{m} s" for m in modes)
+        + " | local / find | local driver MiB | local tree MiB | cluster driver MiB |",
+        "|---" * (len(modes) + 6) + "|",
+    ]  # fmt: skip
+
+    def cell(result: dict[str, Any], mode: str, key: str = "seconds", digits: int = 2) -> str:
+        if mode not in result:
+            return "-"
+        s = result[mode][key]
+        return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+
+    for r in results:
+        lines.append(
+            f"| {r['files']:,} | {r['rounds']} | "
+            + " | ".join(cell(r, m) for m in modes)
+            + f" | {r['vs_find']['local']}x | {cell(r, 'local', 'driver_rss_mib', 0)} | "
+            f"{cell(r, 'local', 'tree_rss_mib', 0)} | {cell(r, 'cluster', 'driver_rss_mib', 0)} |"
+        )
+    return "\n".join(lines)
 
 
 def file_counts(raw: str | None, ten_million: bool) -> list[int]:
@@ -257,13 +424,18 @@ def run(ctx: Any) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", help="comma-separated counts (default 100000,1000000)")
-    parser.add_argument("--ten-million", action="store_true", help="add 10M (disk, time)")
+    parser.add_argument("--ten-million", action="store_true", help="add 10M (inodes, time)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-cluster", action="store_true")
-    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")))
+    parser.add_argument("--keep", action="store_true", help="keep (and reuse) DIR/tree-<files>")
     args = parser.parse_args()
+    results = []
     for files in file_counts(args.files, args.ten_million):
-        print(json.dumps(measure(files, args.rounds, args.dir, not args.no_cluster)), flush=True)
+        result = measure(files, args.rounds, args.dir, cluster=not args.no_cluster, keep=args.keep)
+        print(json.dumps(result), flush=True)
+        results.append(result)
+    print(table(results), file=sys.stderr)
 
 
 if __name__ == "__main__":

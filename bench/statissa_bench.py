@@ -7,6 +7,11 @@ statistics in its own child process, sampling the RSS of the child's whole proce
 deletes the files.
 
     .venv/bin/python -m bench.statissa_bench [--files 1000000] [--queues 100] [--keep]
+    .venv/bin/python -m bench.statissa_bench --data DIR    # an existing tree, e.g. a kept
+                                                            # bench.spark_scale one
+
+The Spark child reports where its time goes: the context's start, the first computation
+(which also starts Spark's Python workers) and a second one in the same context.
 """
 
 from __future__ import annotations
@@ -116,12 +121,12 @@ def child_main(mode: str, root: Path, now: float, work: Path) -> None:
         from functools import partial
 
         from zoscii_statissa.settings import Settings
-        from zoscii_statissa.spark import build_session, spark_scan
+        from zoscii_statissa.spark import build_context, spark_scan
 
         started = time.monotonic()
-        session = build_session(Settings(spark_local_dir=work, spark_driver_memory="1g"))
+        context = build_context(Settings(spark_local_dir=work, spark_driver_memory="1g"))
         result["startup_seconds"] = round(time.monotonic() - started, 2)
-        scanner = partial(spark_scan, session)
+        scanner = partial(spark_scan, context)
     else:
         scanner = scan_locally
     for run in ("first", "second"):
@@ -139,6 +144,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=100)
     parser.add_argument("--keep", action="store_true", help="leave the files in place")
+    parser.add_argument("--data", type=Path, help="measure this data directory as it is")
     parser.add_argument("--child", choices=("spark", "python"), help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--now", type=float, help=argparse.SUPPRESS)
@@ -150,8 +156,9 @@ def main() -> None:
 
     base = Path(tempfile.mkdtemp(prefix="zoscii-statissa-bench-"))  # $TMPDIR, else /tmp
     now = datetime.now(UTC).replace(microsecond=0)
+    data = args.data or base / "data"
     try:
-        build_seconds = build(base / "data", args.files, args.queues, now)
+        build_seconds = 0.0 if args.data else build(data, args.files, args.queues, now)
         result = {
             "benchmark": "statissa",
             "files": args.files,
@@ -161,13 +168,15 @@ def main() -> None:
         }
         for mode in ("python", "spark"):
             print(f"running the {mode} computation", file=sys.stderr, flush=True)
-            figures = run_child(mode, base / "data", now.timestamp(), base / "spark")
-            if figures["messages"] != args.files:
+            figures = run_child(mode, data, now.timestamp(), base / "spark")
+            if args.data:
+                result["files"] = figures["messages"]  # what is there
+            elif figures["messages"] != args.files:
                 raise SystemExit(f"{mode} counted {figures['messages']} of {args.files} files")
             result[mode] = figures
         print(json.dumps(result), flush=True)
     finally:
-        if args.keep:
+        if args.keep and not args.data:
             print(f"kept {base}", file=sys.stderr)
         else:
             shutil.rmtree(base, ignore_errors=True)

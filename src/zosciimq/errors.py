@@ -44,10 +44,19 @@ class WrongMethod(InvalidInput):
 
 
 class RangeNotSatisfiable(InvalidInput):
-    """An offset at or past the end, or an HTTP Range outside the message."""
+    """An offset at or past the end, or an HTTP Range outside the message. ``size``: the
+    message's length, sent as ``Content-Range: bytes */<size>`` (RFC 9110 15.5.17) so a
+    client can ask again for what exists."""
 
     status = 416
     reason = "range"
+
+    def __init__(self, message: str, *, size: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.size is None else {"Content-Range": f"bytes */{self.size}"}
 
 
 class Unauthenticated(ZosciiError):
@@ -139,6 +148,21 @@ class TryAgain(ZosciiError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": "1"}
+
+
+class VolumeUnavailable(ZosciiError):
+    """The data volume is missing, read-only or not writable (a mount that went away, a
+    full inode table...): nothing was kept; try again once an operator fixed it."""
+
+    status = 503
+    reason = "volume_unavailable"
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
 
 
 class ReadOnly(ZosciiError):

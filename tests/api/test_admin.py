@@ -248,6 +248,18 @@ def test_the_allow_list_is_a_setting(data_dir: Path) -> None:
         ApiSettings.from_env({"ZOSCII_ADMIN_ALLOW": "10.0.0.0/8,bogus"})
 
 
+def test_a_trusted_proxy_on_a_dual_stack_socket_is_still_trusted(data_dir: Path) -> None:
+    """The proxy check maps ::ffff:a.b.c.d as the allow list does (one function)."""
+    client = make_client(data_dir, trusted_proxies=("10.9.9.9/32",))
+    proxied = {"REMOTE_ADDR": "::ffff:10.9.9.9"}
+    inside = {"X-Forwarded-For": "::ffff:127.0.0.1"}
+    reply = client.post("/", data={"action": "queues"}, environ_base=proxied, headers=inside)
+    assert reply.status_code == 200, reply.get_json()
+    outside = {"X-Forwarded-For": "198.51.100.7"}
+    reply = client.post("/", data={"action": "queues"}, environ_base=proxied, headers=outside)
+    assert reply.status_code == 403
+
+
 def test_a_trusted_proxy_forwards_the_client_address(data_dir: Path) -> None:
     client = make_client(data_dir, trusted_proxies=("10.9.9.9/32",))
     proxied = {"REMOTE_ADDR": "10.9.9.9"}

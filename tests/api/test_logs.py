@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
+from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import requests
+from gunicorn.config import Config
 
 from tests.support.api_server import ApiServer
+from zoscii_api import logs
 
 SECRET = "message-bytes-must-not-be-logged"
 
@@ -51,3 +57,33 @@ def test_text_lines_by_default(tmp_path: Path) -> None:
     access = [line for line in _lines(server) if '"GET /"' in line]
     assert access and " publish q 200 " in access[0]
     assert SECRET not in server.log_path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "logged"),
+    [
+        ("10.1.2.3", "198.51.100.7", "198.51.100.7"),  # the trusted proxy's client
+        ("::ffff:10.1.2.3", "198.51.100.7", "198.51.100.7"),  # on a dual-stack socket
+        ("10.1.2.3", "198.51.100.7, ::ffff:10.9.9.9", "198.51.100.7"),  # two proxies
+        ("203.0.113.9", "198.51.100.7", "203.0.113.9"),  # not trusted: its header is not
+        ("10.1.2.3", "", "10.1.2.3"),
+    ],
+)
+def test_the_access_line_names_the_client_behind_a_trusted_proxy(
+    monkeypatch: pytest.MonkeyPatch, peer: str, forwarded: str, logged: str
+) -> None:
+    monkeypatch.setenv("ZOSCII_TRUSTED_PROXIES", "10.0.0.0/8")
+    monkeypatch.setattr(logs, "setup_logging", lambda *a, **k: None)  # keep pytest's root
+    config = Config()
+    config.set("accesslog", "-")
+    logger = logs.ApiLogger(config)
+    lines: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = lines.append  # type: ignore[method-assign]
+    logger.access_log.addHandler(handler)
+    environ = {"REMOTE_ADDR": peer, "REQUEST_METHOD": "GET", "PATH_INFO": "/"}
+    if forwarded:
+        environ["HTTP_X_FORWARDED_FOR"] = forwarded
+    logger.access(SimpleNamespace(status="200 OK", sent=3), None, environ, timedelta(0))
+    assert [line.client for line in lines] == [logged]  # type: ignore[attr-defined]
+    assert lines[0].getMessage().startswith(f'{logged} "GET /"')

@@ -24,6 +24,9 @@ max_messages = 2
 [queues."ring_*"]
 max_messages = 3
 when_full = "drop_oldest"
+
+[queues."fragile"]
+dead_letter_max_deliveries = 1
 """
 
 
@@ -101,3 +104,18 @@ def test_settings_read_the_policy_file(tmp_path: Path, policy_file: Path) -> Non
     bad.write_text('[queues."capped"]\nmax_messages = -1\n')
     with pytest.raises(SettingsError, match=r"bad\.toml.*max_messages"):
         ApiSettings.from_env({"ZOSCII_POLICY_FILE": str(bad)})
+
+
+def test_dead_letter_max_deliveries_of_the_queue(client) -> None:
+    """One delivery for "fragile": requeued once, the next consume dead-letters it (the
+    server's ZOSCII_MAX_DELIVERIES, 5, would deliver it again)."""
+    work = {"q": "fragile", "group": "workers"}
+    assert body(_publish(client, "fragile", "x"))["error"] == ""
+    leased = client.get("/", query_string={"action": "consume", **work})
+    assert leased.data == b"x" and leased.headers["X-ZOSCII-Deliveries"] == "1"
+    receipt = leased.headers["X-ZOSCII-Receipt"]
+    requeued = client.post("/", data={"action": "requeue", "receipt": receipt, **work})
+    assert body(requeued)["error"] == ""
+    again = client.get("/", query_string={"action": "consume", **work})
+    assert body(again)["error"] == "" and "X-ZOSCII-Receipt" not in again.headers
+    assert [data for _, data in drain(client, "fragile--workers--dead")] == [b"x"]

@@ -164,6 +164,7 @@ def test_partial_fetch_with_offset_and_length(client) -> None:
     assert fetch(client, "big", length="5").data == ALL_BYTES[:5]
     past = fetch(client, "big", offset=str(total))
     assert past.status_code == 416 and body(past)["error"]
+    assert past.headers["Content-Range"] == f"bytes */{total}"  # what there is to ask for
 
 
 def test_http_range(client) -> None:
@@ -177,6 +178,7 @@ def test_http_range(client) -> None:
     assert tail.data == ALL_BYTES[-10:]
     outside = client.get("/?action=fetch&q=big", headers={"Range": f"bytes={total}-"})
     assert outside.status_code == 416 and outside.headers["Content-Range"] == f"bytes */{total}"
+    assert body(outside)["error"] == "Requested range not satisfiable."
 
 
 def test_head_request_sends_headers_only(client) -> None:
@@ -370,6 +372,7 @@ def test_healthz_reports_a_missing_volume(tmp_path) -> None:
     (tmp_path / "data").rename(tmp_path / "gone")
     reply = client.get("/healthz")
     assert reply.status_code == 503 and b"does not exist" in reply.data
+    assert reply.json["status"] == "unavailable" and reply.headers["Retry-After"] == "5"
 
 
 def test_metrics_count_per_queue(client) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.queues import publish_body
 from zoscii_claireup.report import AREA_INDEX, AREA_NONCE, AREA_QUEUE, AREA_STORE, AREA_TEMP
-from zosciimq.core import DataDir, QueueStore, Upload
+from zosciimq.core import DataDir, QueueStore, Upload, orphans
 from zosciimq.core.index import IndexFile
 from zosciimq.core.nonces import Nonces
 
@@ -290,6 +290,25 @@ def test_indexes_of_vanished_queues_and_stale_rebuild_leftovers(data_dir, clock,
     assert not data_dir.ttl_path("gone").exists() and not data_dir.usage_path("gone").exists()
     assert data_dir.ttl_path("kept").exists()
     assert report.tally(AREA_INDEX).deleted == 5
+
+
+def test_the_vanished_queue_rule_is_the_cores(data_dir, make_cleaner, monkeypatch) -> None:
+    """claireup asks ``zosciimq.core.orphans`` for every index-directory file of a queue
+    and counts what it freed; it judges none of them itself."""
+    asked = []
+
+    def forget(data_dir, found, *, dry_run=False):
+        asked.append((found.name, dry_run))
+        return 7 if found.queue == "gone" else None
+
+    monkeypatch.setattr(orphans, "forget_if_vanished", forget)
+    for queue in ("gone", "kept"):
+        data_dir.index_path(queue).parent.mkdir(parents=True, exist_ok=True)
+        data_dir.index_path(queue).write_bytes(b"")
+    report = make_cleaner().run(dry_run=True)
+    assert sorted(asked) == [("gone.idx", True), ("kept.idx", True)]
+    assert (report.tally(AREA_INDEX).deleted, report.tally(AREA_INDEX).deleted_bytes) == (1, 7)
+    assert data_dir.index_path("gone").exists()
 
 
 def test_an_interrupted_run_stops_and_a_rerun_finishes(data_dir, clock, make_cleaner):

@@ -23,9 +23,10 @@ class Run:
     err: str
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A real api under gunicorn: (base URL, data dir)."""
+    """A real api under gunicorn: (base URL, data dir), one for the package's modules
+    (a test uses queues of its own: ``queue_name()`` or a name no other module uses)."""
     data_dir = tmp_path_factory.mktemp("api-data")
     with running_api(data_dir) as url:
         yield url, data_dir

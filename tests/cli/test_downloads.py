@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
+
 from tests.cli.conftest import cli_env, run_process
 from tests.cli.cutting_proxy import CuttingProxy
 from tests.support.queues import queue_name
@@ -62,6 +64,7 @@ def test_fetch_to_a_file_resumes_too(url: str, tmp_path: Path) -> None:
     assert dest.read_bytes() == payload
 
 
+@pytest.mark.slow  # four processes moving 6 MB; the drawing is test_progress_bar_rendering
 def test_progress_bar_on_a_terminal_only(url: str, tmp_path: Path) -> None:
     queue = queue_name()
     big = tmp_path / "big.bin"

@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.support.queues import queue_name, read_queue
 from zosciimq.client import (
     DeadLetter,
@@ -208,6 +210,7 @@ def test_the_heartbeat_keeps_a_slow_handlers_message(api: tuple[str, Path]) -> N
         assert rival.lease(queue, "g") == []
 
 
+@pytest.mark.slow  # 3.5 s, the control of the test above (expiry: api/test_work.py)
 def test_without_the_heartbeat_the_lease_runs_out_and_the_ack_is_fenced(
     api: tuple[str, Path],
 ) -> None:

@@ -13,6 +13,7 @@ import pytest
 from zosciimq.core import DataDir, QueueStore, Upload
 from zosciimq.core import groups as groups_module
 from zosciimq.core.groups import ConsumerGroups, dead_letter_queue
+from zosciimq.core.policy import PolicySource
 from zosciimq.core.queues import Outgoing
 from zosciimq.errors import InvalidInput
 
@@ -141,6 +142,36 @@ def test_worn_out_and_expired_messages_go_to_the_dead_letters_by_themselves(
     assert bodies == [b"fresh"] and 49 <= fresh.ttl_left <= 50
     dead = [f.read() for _, f in queues.iter_after(dead_letter_queue("q", "g"), "", 10)]
     assert dead == [b"crashes everyone", b"stale"]
+
+
+def test_the_queue_policy_sets_deliveries_before_the_dead_letters(
+    data_dir, queues, lease_clock, tmp_path
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[queues."q"]\ndead_letter_max_deliveries = 1\n')
+    groups = ConsumerGroups(
+        data_dir,
+        queues,
+        clock=lease_clock,
+        max_deliveries=3,
+        max_deliveries_for=PolicySource(policy).max_deliveries_for,
+    )
+    put(data_dir, queues, "q", b"once")
+    put(data_dir, queues, "other", b"thrice")
+
+    def deliveries(queue: str) -> list[int]:
+        got = groups.consume(queue, "g", count=1, lease=10)
+        for delivery in got:
+            delivery.file.close()
+        lease_clock.now += 11  # every lease runs out
+        return [d.deliveries for d in got]
+
+    assert deliveries("q") == [1]
+    assert deliveries("q") == []  # its one delivery was used: dead-lettered, not redelivered
+    dead = [f.read() for _, f in queues.iter_after(dead_letter_queue("q", "g"), "", 10)]
+    assert dead == [b"once"] and groups.stats("q", "g").dead_lettered == 1
+    # a queue the policy does not cover: the server's default (3)
+    assert [deliveries("other") for _ in range(4)] == [[1], [2], [3], []]
 
 
 def test_a_retried_settlement_answers_as_the_first_and_is_not_applied_twice(

@@ -60,6 +60,18 @@ def test_empty_file_is_the_server_defaults() -> None:
     assert PolicySource().limits_for("anything") is None
 
 
+def test_dead_letter_max_deliveries_per_queue_else_the_servers(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(
+        '[default]\nretention_days = 3\n\n[queues."jobs_*"]\ndead_letter_max_deliveries = 2\n'
+    )
+    source = PolicySource(path)
+    assert source.max_deliveries_for("jobs_eu", 5) == 2
+    assert source.max_deliveries_for("other", 5) == 5  # not set: the server's default
+    assert PolicySource().max_deliveries_for("jobs_eu", 7) == 7
+    assert source.rule_for("jobs_eu").retention_days == 3  # the other keys as before
+
+
 def test_names_are_matched_in_lower_case() -> None:
     assert parse_policy('[queues."Orders"]\nmax_messages = 3').rule_for("orders").max_messages == 3
 
@@ -77,6 +89,8 @@ def test_names_are_matched_in_lower_case() -> None:
         ('[queues."a/b"]\nmax_messages = 1', 'queues."a/b"'),
         ("[limits]\nx = 1", "unknown section"),
         ("[queues]\norders = 3", 'queues."orders"'),
+        ('[queues."jobs"]\ndead_letter_max_deliveries = 0', "between 1 and 1000"),
+        ("[default]\ndead_letter_max_deliveries = 1001", "between 1 and 1000"),
     ],
 )
 def test_bad_files_name_the_entry_and_key(text: str, says: str) -> None:
@@ -129,7 +143,31 @@ def test_reload_on_change_and_keep_the_last_good_policy(tmp_path: Path, caplog) 
 
 # --- enforcement in the publish commit -----------------------------------------------------
 def _store(data_dir: DataDir, clock, text: str) -> QueueStore:
-    return QueueStore(data_dir, clock=clock, limits=parse_policy(text).rule_for)
+    return QueueStore(data_dir, clock=clock, rules=parse_policy(text).rule_for)
+
+
+def test_the_commit_names_a_message_without_retention_by_the_queues_rule(
+    data_dir: DataDir, clock
+) -> None:
+    """Retention None: the queue's rule, else the store's default; a given one wins."""
+    queues = QueueStore(
+        data_dir, clock=clock, rules=parse_policy(POLICY).rule_for, default_retention_days=45
+    )
+    no_default = QueueStore(
+        data_dir, clock=clock, rules=parse_policy('[queues."x"]\nmax_messages = 9').rule_for
+    )
+    cases = [
+        (queues, "orders", None, 90),
+        (queues, "telemetry_eu", None, 2),
+        (queues, "orders", 7, 7),
+        (QueueStore(data_dir, clock=clock, default_retention_days=45), "orders", None, 45),
+        (no_default, "plain", None, 0),  # a rule without retention_days: the default
+    ]
+    for store, queue, given, expected in cases:
+        (upload,) = uploads_of(data_dir, [b"m"])
+        (result,) = store.publish_many(queue, [Outgoing(upload, given)])
+        assert result.name is not None
+        assert int(result.name.split("-")[1]) == expected, (queue, given)
 
 
 def test_refuse_when_max_messages_is_reached(data_dir: DataDir, clock) -> None:

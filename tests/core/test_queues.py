@@ -393,9 +393,11 @@ def test_links_planted_in_the_data_directory_are_never_followed(
 _TIMED_PUBLISHER = """
 import sys, time
 from zosciimq.core import DataDir, QueueStore, Upload
-root, queue, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+root, queue, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 layout = DataDir(root)
 queues = QueueStore(layout)
+print("ready", flush=True)
+go = int(sys.stdin.readline())
 while time.monotonic_ns() < go:
     time.sleep(0.001)
 for i in range(count):
@@ -413,19 +415,27 @@ def test_names_rise_in_acknowledgement_order_across_processes(tmp_path) -> None:
     for every process of the machine.)"""
     data_dir = DataDir(tmp_path / "data")
     data_dir.ensure()
-    go = time.monotonic_ns() + 1_500_000_000  # the interpreters start, then all at once
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", _TIMED_PUBLISHER, str(data_dir.root), "q", "150", str(go)],
+            [sys.executable, "-c", _TIMED_PUBLISHER, str(data_dir.root), "q", "150"],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=REPO,
         )
         for _ in range(3)
     ]
+    for child in children:  # the interpreters start, then all begin at once
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+    go = b"%d\n" % (time.monotonic_ns() + 50_000_000)
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write(go)
+        child.stdin.close()
     spans = []
     for child in children:
-        out, _ = child.communicate(timeout=120)
-        assert child.returncode == 0
+        assert child.stdout is not None
+        out = child.stdout.read()  # 150 lines: each child's fit in its pipe meanwhile
+        assert child.wait(timeout=120) == 0
         for line in out.decode().splitlines():
             began, ended, name = line.split()
             spans.append((int(began), int(ended), name))

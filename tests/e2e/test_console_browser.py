@@ -9,6 +9,13 @@ opens the console: the page loads, the depth chart of the published queue has on
 marker per history point, the queue page lists the latest names, and at a phone's
 width (390 px) neither page scrolls sideways.
 
+The admin actions run against a real api as well (gunicorn, ``tests.support.api_server``)
+on the same data directory, both with access control on: the browser sends an
+operator's token (Chrome DevTools' extra headers, as a browser sends remembered Basic
+credentials), clicks purge, confirms by typing the queue name, and the api then reports
+the queue empty; a message's page shows the bytes that were published; an operator
+without the admin right is offered no button and the api refuses the steps.
+
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and
 ``selenium`` (requirements-dev.txt); without them the test is skipped with the reason.
 Selenium is given the driver's path: it never downloads one.
@@ -16,6 +23,7 @@ Selenium is given the driver's path: it never downloads one.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -28,13 +36,25 @@ import pytest
 import requests
 
 from tests.statissa.served import start, wait_until
+from tests.support.api_server import ApiServer
 from tests.support.queues import publish_body
+from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir, QueueStore
 
 QUEUE = "browser-orders"
 OTHER = "browser-logs"
 PHONE_WIDTH = 390
 MIN_SPACING = 10.0  # zoscii_statissa.history.MIN_SPACING_SECONDS: points closer are dropped
+ADMIN = "browser-admin-" + "a" * 24  # statistics, admin, reads every queue
+VIEWER = "browser-viewer-" + "v" * 24  # statistics only
+CLIENTS = "\n".join(
+    f'[[clients]]\nname = "{name}"\ntoken_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"'
+    f"\nread = {read}\nactions = {actions}\n"
+    for name, token, read, actions in (
+        ("ops", ADMIN, '["*"]', '["statistics", "admin"]'),
+        ("viewer", VIEWER, "[]", '["statistics"]'),
+    )
+)
 
 
 @pytest.fixture(autouse=True)
@@ -81,13 +101,47 @@ def statissa(tmp_path: Path, published: tuple[Path, list[str]]) -> Iterator[str]
         )
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        sys.stdout.write(log.read_text(errors="replace")[-2000:])
+        _stop(process, log)
+
+
+def _stop(process: subprocess.Popen[bytes], log: Path) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    sys.stdout.write(log.read_text(errors="replace")[-2000:])
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def admin_stack(tmp_path: Path, published: tuple[Path, list[str]]) -> Iterator[tuple[str, str]]:
+    """The api and statissa on the published data directory, access control on in both,
+    statissa relaying its admin actions to the api: (statissa's URL, the api's URL)."""
+    root, _ = published
+    api = ApiServer(root, workers=1, threads=4, env={"ZOSCII_AUTH_CLIENTS": CLIENTS}).start()
+    log = tmp_path / "statissa.log"
+    process, base = start(root, log, ZOSCII_AUTH_CLIENTS=CLIENTS, ZOSCII_STATISSA_API_URL=api.url)
+    try:
+        wait_until(
+            lambda: requests.get(f"{base}/stats.json", headers=_bearer(ADMIN), timeout=5).ok,
+            60,
+            "first computation",
+        )
+        yield base, api.url
+    finally:
+        _stop(process, log)
+        api.stop()
+
+
+def _as(driver: Any, token: str) -> None:
+    """Every request of ``driver`` carries ``token`` from now on."""
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": _bearer(token)})
 
 
 @pytest.fixture
@@ -192,3 +246,81 @@ def test_the_console_in_a_real_browser(
     chart = browser.find_element(By.CSS_SELECTOR, 'svg[data-metric="depth"]')
     assert 0 < chart.size["width"] <= PHONE_WIDTH
     browser.save_screenshot(str(tmp_path / "console-390.png"))
+
+
+def test_a_purge_through_the_ui_removes_the_messages(
+    admin_stack: tuple[str, str], browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, api = admin_stack
+    _as(browser, ADMIN)
+    browser.get(f"{base}/queues/{QUEUE}")
+    browser.find_element(By.ID, "purge").click()  # "before" left empty: every message
+    wait_until(lambda: "/admin/purge" in browser.current_url, 10, "the confirmation page")
+    assert "The api counts 12 message(s)" in browser.find_element(By.ID, "figures").text
+    browser.find_element(By.ID, "confirm-button").click()  # the name not typed yet
+    assert browser.find_elements(By.ID, "confirm-step"), "submitted without the name"
+    browser.find_element(By.ID, "confirm").send_keys(QUEUE)
+    browser.find_element(By.ID, "confirm-button").click()
+    wait_until(lambda: browser.find_elements(By.ID, "result"), 30, "the purge's result")
+    assert browser.find_element(By.ID, "result-purged").text == "12"
+
+    with ZosciiClient(api, headers=_bearer(ADMIN)) as client:
+        assert client.queues(QUEUE)[0]["messages"] == 0
+        assert client.fetch(QUEUE) is None
+        assert client.queues(OTHER)[0]["messages"] == 3  # nothing else touched
+    browser.find_element(By.LINK_TEXT, f"Back to {QUEUE}").click()
+    wait_until(lambda: browser.current_url.endswith(f"/queues/{QUEUE}"), 10, "the queue page")
+    assert "No messages." in browser.find_element(By.TAG_NAME, "main").text
+
+
+def test_a_message_page_shows_the_published_bytes(
+    admin_stack: tuple[str, str], published: tuple[Path, list[str]], browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, _ = admin_stack
+    _, names = published
+    _as(browser, ADMIN)
+    browser.get(f"{base}/queues/{QUEUE}")
+    browser.find_element(By.LINK_TEXT, names[3]).click()
+    wait_until(lambda: browser.current_url.endswith(names[3]), 10, "the message page")
+    assert browser.find_element(By.ID, "head").text == "order 3"
+    assert browser.find_element(By.ID, "size").text.startswith("7 bytes")
+    assert browser.find_element(By.ID, "published").text.startswith(
+        f"{names[3][0:4]}-{names[3][4:6]}-{names[3][6:8]} "
+    )
+    _phone(browser)  # the message and confirmation pages fit a phone too
+    browser.get(f"{base}/queues/{QUEUE}/messages/{names[3]}")
+    assert _overflow(browser) <= 0, "the message page scrolls sideways at 390 px"
+    browser.get(f"{base}/queues/{QUEUE}/admin/purge?before=2020-01-01T00:00:00Z")
+    assert browser.find_elements(By.ID, "confirm-button")
+    assert _overflow(browser) <= 0, "the confirmation page scrolls sideways at 390 px"
+
+
+def test_without_the_admin_right_nothing_is_offered_and_the_steps_are_refused(
+    admin_stack: tuple[str, str], browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, api = admin_stack
+    _as(browser, VIEWER)
+    browser.get(f"{base}/queues/{QUEUE}")
+    assert browser.find_element(By.ID, "depth").text == "12"  # the page itself is open
+    assert not browser.find_elements(By.ID, "purge")
+    assert not browser.find_elements(By.ID, "delete")
+    assert "it answered 403" in browser.find_element(By.ID, "actions-note").text
+    browser.get(f"{base}/queues/{QUEUE}/admin/purge")  # typed in by hand
+    assert "Not allowed" in browser.find_element(By.ID, "error").text
+    assert not browser.find_elements(By.ID, "confirm-button")
+    # a POST that is not the console's own form (no token) never reaches the api
+    forged = requests.post(
+        f"{base}/queues/{QUEUE}/admin/purge",
+        data={"confirm": QUEUE, "token": "1.0"},
+        headers={**_bearer(VIEWER), "Origin": base},
+        timeout=10,
+    )
+    assert forged.status_code == 403
+    with ZosciiClient(api, headers=_bearer(ADMIN)) as client:
+        assert client.queues(QUEUE)[0]["messages"] == 12

@@ -80,8 +80,8 @@ class Query:
     @property
     def legend_labels(self) -> set[str]:
         """The labels ``{{name}}`` of the legend: each series must have them, or the
-        legend shows an empty name (e.g. replikate's ``job``, which Prometheus turns into
-        ``exported_job``)."""
+        legend shows an empty name (e.g. a target label named ``job``, which Prometheus
+        turns into ``exported_job``)."""
         return set(re.findall(r"\{\{\s*(\w+)\s*\}\}", self.legend))
 
     def __str__(self) -> str:
@@ -123,6 +123,14 @@ def test_the_queries_expand_completely() -> None:
     assert len(queries) >= 30
     for query in queries:
         assert "$" not in query.expr.replace("${1}", ""), str(query)
+
+
+def test_no_query_relies_on_a_renamed_label() -> None:
+    """A target's own ``job`` or ``instance`` label clashes with Prometheus' and comes
+    out as ``exported_job``/``exported_instance``: the services must not use those
+    names, so the dashboard never needs the renamed ones."""
+    for query in dashboard_queries():
+        assert "exported_" not in query.expr + query.legend, str(query)
 
 
 # ---- the processes ----------------------------------------------------------------

@@ -16,14 +16,14 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from tests.phpmq.wire import Client
 from zosciimq.core import DataDir, QueueStore
-from zosciimq.core.groups import ConsumerGroups, dead_letter_queue
+from zosciimq.core.groups import ConsumerGroups, GroupStats, dead_letter_queue
 
 LISTENING = re.compile(r"listening for PHPMQ clients on [^ ]+:(\d+)")
 OPS = re.compile(r"serving /healthz and /metrics on port (\d+)")
@@ -111,6 +111,13 @@ class GatewayProcess:
             assert time.monotonic() < deadline, self.ops("/healthz")
             time.sleep(0.02)
 
+    def wait_connections(self, count: int, timeout: float = 5.0) -> None:
+        """Until /healthz counts ``count`` open connections (new accepted, closed gone)."""
+        deadline = time.monotonic() + timeout
+        while json.loads(self.ops("/healthz")[1])["connections"] != count:
+            assert time.monotonic() < deadline, self.ops("/healthz")
+            time.sleep(0.02)
+
     def metric(self, name: str, **labels: str) -> float:
         _, text = self.ops("/metrics")
         selector = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
@@ -159,6 +166,18 @@ class GatewayProcess:
     def groups(self) -> ConsumerGroups:
         data_dir = DataDir(self.data_dir)
         return ConsumerGroups(data_dir, QueueStore(data_dir))
+
+    def wait_for_stats(
+        self, queue: str, done: Callable[[GroupStats], bool], timeout: float = 5.0
+    ) -> GroupStats:
+        """The phpmq group's figures once ``done(figures)`` holds (the gateway applies a
+        client's acks after they arrive), or the last ones read after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = self.groups().stats(queue, "phpmq")
+            if done(stats) or time.monotonic() > deadline:
+                return stats
+            time.sleep(0.02)
 
     def wait_for_messages(self, queue: str, count: int, timeout: float = 5.0) -> list[bytes]:
         deadline = time.monotonic() + timeout

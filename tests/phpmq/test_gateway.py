@@ -68,7 +68,7 @@ def test_a_window_of_two_over_five_messages(gateway: GatewayProcess) -> None:
         client.expect_nothing(0.3)
         for message in got[3:]:
             client.send(wire.ack(queue, message.id))
-        time.sleep(0.2)
+        gateway.wait_for_stats(queue, lambda s: s.acked == 5)
     assert [m.content for m in got] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
     stats = gateway.groups().stats(queue, "phpmq")
     assert (stats.acked, stats.leased, stats.waiting) == (5, 0, 0)
@@ -136,6 +136,7 @@ def test_dead_letter_moves_the_message_to_the_dead_letter_queue(
     assert gateway.groups().stats(queue, "phpmq").dead_lettered == 1
 
 
+@pytest.mark.slow  # waits out a TTL; expiry at the gateway: test_requeue_with_a_new_ttl_*
 def test_a_message_past_its_ttl_is_dead_lettered_not_dispatched(
     gateway: GatewayProcess,
 ) -> None:
@@ -167,7 +168,7 @@ def test_two_connections_are_competing_consumers(gateway: GatewayProcess) -> Non
             one.send(wire.ack(queue, message.id))
         for message in got_two:
             two.send(wire.ack(queue, message.id))
-        time.sleep(0.2)
+        gateway.wait_for_stats(queue, lambda s: s.acked == 6)
     assert gateway.groups().stats(queue, "phpmq").acked == 6
 
 
@@ -198,7 +199,7 @@ def test_an_ack_after_a_reconnect_works(gateway: GatewayProcess) -> None:
         message = first.read()
     with gateway.connect() as second:  # a new connection, no consume request
         second.send(wire.ack(queue, message.id))
-        time.sleep(0.3)
+        gateway.wait_for_stats(queue, lambda s: s.acked == 1)
         second.send(wire.consume(queue, 1))
         second.expect_nothing(0.4)  # acked: not delivered again
     assert gateway.groups().stats(queue, "phpmq").acked == 1
@@ -270,7 +271,7 @@ def test_leases_are_renewed_while_the_connection_is_open(gateway: GatewayProcess
         other.send(wire.consume(queue, 1))
         other.expect_nothing(4.5)
         worker.send(wire.ack(queue, message.id))
-        time.sleep(0.3)
+        gateway.wait_for_stats(queue, lambda s: s.acked == 1)
     stats = gateway.groups().stats(queue, "phpmq")
     assert (stats.acked, stats.redelivered) == (1, 0)
 
@@ -315,8 +316,7 @@ def test_many_concurrent_consumes_and_acks_on_one_group(gateway: GatewayProcess)
             thread.join(60)
     assert sorted(seen, key=int) == [b"%d" % i for i in range(count)]
     assert "lost while dispatching" not in gateway.log()
-    time.sleep(0.2)
-    assert gateway.groups().stats(queue, "phpmq").acked == count
+    assert gateway.wait_for_stats(queue, lambda s: s.acked == count).acked == count
 
 
 def test_the_queue_policy_applies_to_what_phpmq_clients_send(tmp_path) -> None:

@@ -143,7 +143,7 @@ def test_connections_over_the_maximum_are_refused(strict: GatewayProcess) -> Non
     strict.wait_idle()
     open_ = [strict.connect() for _ in range(4)]
     try:
-        time.sleep(0.2)
+        strict.wait_connections(4)
         with strict.connect() as extra:
             extra.wait_closed()
         strict.wait_for_log(r"refused: 4 open, the maximum")
@@ -152,7 +152,7 @@ def test_connections_over_the_maximum_are_refused(strict: GatewayProcess) -> Non
         open_[1].send(wire.consume(queue, 1))
         assert open_[1].read().content == b"still"
         open_.pop().close()
-        time.sleep(0.2)
+        strict.wait_connections(3)
         with strict.connect() as again:  # a place is free again
             again.send(wire.consume(queue, 1))
             again.expect_nothing(0.2)

@@ -16,13 +16,16 @@ from pathlib import Path
 import pytest
 import yaml
 from zoscii_phpmq import __main__ as cli
+from zoscii_phpmq.gateway import Gateway
+from zoscii_phpmq.metrics import PhpmqMetrics
 from zoscii_phpmq.settings import Settings
 
 import zosciimq
 from tests.phpmq import wire
 from tests.phpmq.conftest import GatewayProcess, clean_env, publish, queue_name
-from zosciimq.core import DataDir, QueueStore
+from zosciimq.core import DataDir, QueueStore, Upload, parse_name
 from zosciimq.core.groups import ConsumerGroups
+from zosciimq.core.queues import Outgoing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_defaults() -> None:
     settings = Settings.from_env({"ZOSCII_DEFAULT_RETENTION_DAYS": "30"})
     assert (settings.port, settings.metrics_port, settings.group) == (9100, 9104, "phpmq")
-    assert settings.retention("q") == 30  # the core's default unless the gateway has its own
+    assert settings.retention_days is None  # the queue's policy, else the core's default
     assert not settings.access.enabled
     custom = Settings.from_env(
         {
@@ -41,7 +44,7 @@ def test_defaults() -> None:
             "ZOSCII_PHPMQ_QUEUE_GROUPS": "Orders=billing, invoices=workers",
         }
     )
-    assert custom.retention("q") == 0
+    assert custom.retention_days == 0
     assert [custom.group_of(q) for q in ("orders", "invoices", "other")] == [
         "billing",
         "workers",
@@ -69,7 +72,56 @@ def test_the_shared_settings_are_read_as_every_service_reads_them(tmp_path: Path
     assert settings.log == ("DEBUG", "json")
     assert settings.access.enabled and settings.access.clients[0].name == "php"
     assert settings.policy.path == policy
-    assert (settings.retention("orders"), settings.retention("other")) == (3, 30)
+    assert settings.policy.retention_for("orders", 30) == 3
+
+
+def test_the_gateways_publishes_take_retention_from_the_policy_then_the_default(
+    tmp_path: Path,
+) -> None:
+    """Without ZOSCII_PHPMQ_RETENTION_DAYS the gateway's store names a message with the
+    queue policy's retention, else ZOSCII_DEFAULT_RETENTION_DAYS; with it, that."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[queues."orders"]\nretention_days = 3\n')
+    env = {
+        "ZOSCII_DATA_DIR": str(tmp_path / "data"),
+        "ZOSCII_POLICY_FILE": str(policy),
+        "ZOSCII_DEFAULT_RETENTION_DAYS": "30",
+    }
+    days = {}
+    for own in (None, "7"):
+        settings = Settings.from_env(env | ({"ZOSCII_PHPMQ_RETENTION_DAYS": own} if own else {}))
+        gateway = Gateway(settings, PhpmqMetrics())
+        try:
+            for queue in ("orders", "other"):
+                upload = Upload(DataDir(settings.data_dir))
+                upload.write(b"x")
+                outgoing = Outgoing(upload, settings.retention_days, None, None)
+                name = gateway._publish(queue, outgoing)
+                assert name is not None
+                days[(own, queue)] = parse_name(name).retention_days
+        finally:
+            gateway.pool.shutdown()
+    assert days == {(None, "orders"): 3, (None, "other"): 30, ("7", "orders"): 7, ("7", "other"): 7}
+
+
+def test_the_gateways_groups_take_dead_letter_max_deliveries_from_the_policy(
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[queues."fragile"]\ndead_letter_max_deliveries = 2\n')
+    settings = Settings.from_env(
+        {
+            "ZOSCII_DATA_DIR": str(tmp_path / "data"),
+            "ZOSCII_POLICY_FILE": str(policy),
+            "ZOSCII_MAX_DELIVERIES": "4",
+        }
+    )
+    gateway = Gateway(settings, PhpmqMetrics())
+    try:
+        limits = [gateway.groups.deliveries_limit(q) for q in ("fragile", "other")]
+    finally:
+        gateway.pool.shutdown()
+    assert limits == [2, 4]
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -333,6 +385,7 @@ def test_the_compose_override_is_hardened_and_shares_the_apis_data() -> None:
     } <= set(env)
 
 
+@pytest.mark.slow  # the compose CLI, a second each (the file alone: test_the_compose_override_*)
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="no docker-compose binary")
 @pytest.mark.parametrize("variants", [(), ("deploy/compose.bind.yml",)], ids=["volume", "bind"])
 def test_compose_gives_the_gateway_the_apis_data(variants: tuple[str, ...]) -> None:

@@ -154,7 +154,7 @@ def test_against_the_original_batches_fall_back_to_single_fetches(
     assert all(b"count" not in p for p in params[1:])  # the client remembered
     assert replicator.client.batch_support is False
     body = metrics_text(replicator)
-    assert 'zoscii_replikate_source_batch_support{job="test-job"} 0.0' in body
+    assert 'zoscii_replikate_source_batch_support{replication="test-job"} 0.0' in body
 
 
 def test_waiting_against_the_original_polls_at_a_steady_pace(

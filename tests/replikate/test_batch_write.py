@@ -62,9 +62,9 @@ def test_a_batch_is_one_publish_and_one_pointer_save_in_source_order(
     local_names = [name for name, _ in local]
     assert local_names == sorted(local_names) and len(set(local_names)) == 120
     body = metrics_text(replicator)
-    assert 'zoscii_replikate_messages_total{job="test-job"} 120.0' in body
+    assert 'zoscii_replikate_messages_total{replication="test-job"} 120.0' in body
     total = sum(len(data) for _, data in at_source)
-    assert f'zoscii_replikate_bytes_total{{job="test-job"}} {float(total)}' in body
+    assert f'zoscii_replikate_bytes_total{{replication="test-job"}} {float(total)}' in body
 
 
 def test_a_batch_into_the_store_is_one_put_and_one_pointer_save(

@@ -169,7 +169,7 @@ def test_ops_port_and_sigterm(tmp_path: Path) -> None:
 
         with urllib.request.urlopen(f"{base}/metrics", timeout=10) as reply:
             metrics = reply.read().decode()
-        assert 'zoscii_replikate_runs_total{job="down",outcome="error"} 1.0' in metrics
+        assert 'zoscii_replikate_runs_total{outcome="error",replication="down"} 1.0' in metrics
         assert not any('"POST /healthz' in line for line in service.lines)  # quiet at INFO
     finally:
         code = service.stop(signal.SIGTERM)

@@ -40,7 +40,7 @@ def test_an_unexpected_error_is_an_error_run_with_back_off(source, tmp_path, mon
     result = replicator.run()
     assert (result.outcome, result.reason) == ("error", "unexpected")
     assert replicator.not_before > 0, "no back-off after an unexpected error"
-    assert 'zoscii_replikate_errors_total{job="test-job",reason="unexpected"} 1.0' in (
+    assert 'zoscii_replikate_errors_total{reason="unexpected",replication="test-job"} 1.0' in (
         metrics_text(replicator)
     )
     assert replicator.run().outcome == "backoff"

@@ -132,10 +132,10 @@ def test_metrics_and_health(source: tuple[str, Path], tmp_path: Path) -> None:
         assert service.ops_server is not None
         port = service.ops_server.port
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
-        assert 'zoscii_replikate_messages_total{job="metered"} 2.0' in metrics
-        assert 'zoscii_replikate_bytes_total{job="metered"} 7.0' in metrics
-        assert 'zoscii_replikate_lag_seconds{job="metered"} 0.0' in metrics
-        assert 'zoscii_replikate_last_success_timestamp_seconds{job="metered"}' in metrics
+        assert 'zoscii_replikate_messages_total{replication="metered"} 2.0' in metrics
+        assert 'zoscii_replikate_bytes_total{replication="metered"} 7.0' in metrics
+        assert 'zoscii_replikate_lag_seconds{replication="metered"} 0.0' in metrics
+        assert 'zoscii_replikate_last_success_timestamp_seconds{replication="metered"}' in metrics
         health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").read())
         assert health["status"] == "ok"
         assert health["jobs"]["metered"]["last_outcome"] == "caught_up"
@@ -156,7 +156,7 @@ def test_errors_are_counted_by_reason(tmp_path: Path) -> None:
     replicator = make_replicator(make_job("http://127.0.0.1:9/", "q", "t"), tmp_path)
     replicator.run()
     body = metrics_text(replicator)
-    assert 'zoscii_replikate_errors_total{job="test-job",reason="unreachable"} 1.0' in body
+    assert 'zoscii_replikate_errors_total{reason="unreachable",replication="test-job"} 1.0' in body
 
 
 # --- the command line ----------------------------------------------------------------------

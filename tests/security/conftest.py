@@ -15,15 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.security.figures import TALLY
 from tests.support.api_server import ApiServer
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if TALLY:
-        terminalreporter.section("reliability and security figures")
-        for key in sorted(TALLY):
-            terminalreporter.write_line(f"{key}: {TALLY[key]}")
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:

@@ -75,6 +75,19 @@ def test_forwarded_for_is_believed_only_from_trusted_proxies() -> None:
     assert v6.of("::1", "2001:db8::7") == "2001:db8::7"
 
 
+def test_ipv4_mapped_addresses_are_their_ipv4_address_as_for_the_admin_check() -> None:
+    """A dual-stack socket reports an IPv4 peer as ::ffff:a.b.c.d: it is the same
+    proxy, and a hop forwarded that way is the same client."""
+    proxied = ClientAddress(("10.0.0.0/8",))
+    assert proxied.of("::ffff:10.1.2.3", "198.51.100.1") == "198.51.100.1"
+    assert proxied.of("10.1.2.3", "::ffff:198.51.100.1") == "198.51.100.1"
+    assert proxied.of("10.1.2.3", "198.51.100.1, ::ffff:10.9.9.9") == "198.51.100.1"
+    assert proxied.of("::ffff:203.0.113.9", "198.51.100.1") == "::ffff:203.0.113.9"
+    mapped = ClientAddress(("::ffff:10.0.0.0/104",))  # written as a mapped range
+    assert mapped.of("10.1.2.3", "198.51.100.1") == "198.51.100.1"
+    assert ApiSettings.from_env({"ZOSCII_TRUSTED_PROXIES": "::ffff:10.0.0.0/104"})
+
+
 def test_settings(tmp_path: Path) -> None:
     settings = ApiSettings.from_env(
         {

@@ -37,3 +37,19 @@ def test_the_client_raises_the_shared_classes() -> None:
     assert isinstance(
         client_errors.server_error("No space.", status=507, envelope={}), errors.StorageFull
     )
+
+
+def test_416_and_503_carry_their_headers() -> None:
+    """Built from the classes, never by hand: the reply's headers come with the error."""
+    assert errors.RangeNotSatisfiable("past the end", size=42).headers() == {
+        "Content-Range": "bytes */42"
+    }
+    assert errors.RangeNotSatisfiable("past the end").headers() == {}
+    unavailable = errors.VolumeUnavailable("/data is not writable")
+    assert (unavailable.status, unavailable.reason) == (503, "volume_unavailable")
+    assert unavailable.headers() == {"Retry-After": "5"}
+    assert errors.VolumeUnavailable("gone", retry_after=30).headers() == {"Retry-After": "30"}
+    reported = client_errors.server_error(
+        "Requested range not satisfiable.", status=416, envelope={}
+    )
+    assert isinstance(reported, errors.RangeNotSatisfiable) and reported.headers() == {}

@@ -215,3 +215,18 @@ def test_a_volume_that_refuses_the_history_does_not_fail_the_computation(
     clock.moment = NOW + timedelta(minutes=10)
     keeper.refresh()
     assert history.last_error == "" and len(history.points()) == 1
+
+
+def test_the_history_lives_where_the_core_says(tmp_path: Path) -> None:
+    """The directory is the core's (``DataDir.statissa_history``), not built here."""
+
+    class Elsewhere(DataDir):
+        @property
+        def statissa_history(self) -> Path:
+            return self.root / "kept-elsewhere"
+
+    assert DataDir(tmp_path).statissa_history == tmp_path / ".zoscii" / "statissa"
+    history = History(Elsewhere(tmp_path))
+    assert history.directory == tmp_path / "kept-elsewhere"
+    assert history.append(point(T0, orders=(1, 1)))
+    assert [p.name for p in (tmp_path / "kept-elsewhere").iterdir()] == [history.path_for(T0).name]

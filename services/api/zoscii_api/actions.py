@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Request
 
 from zoscii_api.admin import AdminActions
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams, whole_number
-from zoscii_api.responses import batch_response, envelope, message_response
+from zoscii_api.responses import Answer, batch_response, envelope, message_response
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
 from zoscii_api.work import WorkActions
@@ -37,7 +37,7 @@ from zosciimq.core.queues import Outgoing
 from zosciimq.errors import ActionDisabled, MissingMessage, QueueBlocked
 
 MAX_IDENTIFY_NAMES = 10_000
-Handler = Callable[[Request, RequestParams], Response]
+Handler = Callable[[Request, RequestParams], Answer]
 
 
 @dataclass
@@ -85,15 +85,12 @@ class Actions:
         return queue
 
     # --- queues -----------------------------------------------------------------------
-    def publish(self, request: Request, params: RequestParams) -> Response:
+    def publish(self, request: Request, params: RequestParams) -> Answer:
         queue = self.check_queue("publish", params.text("q"))
         raw_retention = params.text("r")
-        if raw_retention:  # r always wins: no policy lookup
-            retention = clean_retention(raw_retention, 0)
-        else:
-            retention = self.settings.policy.retention_for(
-                queue, self.settings.core.default_retention_days
-            )
+        # None: the queue policy's retention, else the default; the core decides it in
+        # the commit, where it reads the queue's policy rule for the limits anyway.
+        retention = clean_retention(raw_retention, 0) if raw_retention else None
         if params.batch is not None:
             return self._publish_batch(request, queue, retention, params)
         nonce = _nonce(request, params.text("n"))
@@ -108,8 +105,8 @@ class Actions:
         return envelope(message="Message published.")
 
     def _publish_batch(
-        self, request: Request, queue: str, retention: int, params: RequestParams
-    ) -> Response:
+        self, request: Request, queue: str, retention: int | None, params: RequestParams
+    ) -> Answer:
         """Every ``msg`` part is a message: one commit, contiguous names, all or nothing.
 
         A part's ``X-ZOSCII-Nonce`` and ``X-ZOSCII-Retention`` headers are its own nonce
@@ -129,7 +126,8 @@ class Actions:
         for number, part in enumerate(parts, 1):
             try:
                 nonce = _nonce(request, part.headers.get("X-ZOSCII-Nonce")) or shared_nonce
-                days = clean_retention(part.headers.get("X-ZOSCII-Retention"), retention)
+                raw_days = part.headers.get("X-ZOSCII-Retention")
+                days = clean_retention(raw_days, 0) if raw_days else retention
                 expires_at = _expiry(part.headers.get("X-ZOSCII-TTL", params.text("ttl")))
             except InvalidInput as exc:
                 raise InvalidInput(f"Message {number} of the batch: {exc}") from None
@@ -146,7 +144,7 @@ class Actions:
         )
         return envelope(message=message, result=names)
 
-    def fetch(self, request: Request, params: RequestParams) -> Response:
+    def fetch(self, request: Request, params: RequestParams) -> Answer:
         """The next message; with ``count`` a batch, with ``wait`` a long-poll.
 
         Long-poll reads the watcher's generation *before* looking, so a publish landing
@@ -177,13 +175,15 @@ class Actions:
                     return self._single(request, queue, result, offset, length)
                 empty = result.queue_empty
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self.watcher.wait(queue, generation, remaining):
+            if remaining <= 0 or not self.watcher.wait_counted(
+                request.environ, queue, generation, remaining
+            ):
                 break
         return envelope(message="Queue is empty." if empty else "No new messages.")
 
     def _single(
         self, request: Request, queue: str, result: FetchResult, offset: int, length: int
-    ) -> Response:
+    ) -> Answer:
         response = message_response(
             request, result.name, result.file, result.size, offset=offset, length=length
         )
@@ -191,7 +191,7 @@ class Actions:
         self.metrics.sent_bytes.labels("fetch").inc(response.content_length or 0)
         return response
 
-    def _batch(self, queue: str, after: str, count: int, budget: int) -> Response | None:
+    def _batch(self, queue: str, after: str, count: int, budget: int) -> Answer | None:
         """Up to ``count`` messages within the byte budget; the first one always goes."""
         budget = min(budget or self.settings.max_batch_bytes, self.settings.max_batch_bytes)
         chosen: list[tuple[str, BinaryIO, int]] = []
@@ -210,7 +210,7 @@ class Actions:
         return batch_response(chosen)
 
     # --- the store ---------------------------------------------------------------------
-    def store_message(self, request: Request, params: RequestParams) -> Response:
+    def store_message(self, request: Request, params: RequestParams) -> Answer:
         retention = clean_retention(params.text("r"), self.settings.core.default_retention_days)
         nonce = _nonce(request, params.text("n"))
         unidentified = _flag(params.text("u"), "u")
@@ -223,7 +223,7 @@ class Actions:
         self.metrics.received_bytes.labels("store").inc(upload.size)
         return envelope(message="Message stored.", result=result.name)
 
-    def retrieve(self, request: Request, params: RequestParams) -> Response:
+    def retrieve(self, request: Request, params: RequestParams) -> Answer:
         raw = _basename_check(params.text("name"), "name")
         if not raw:
             raise InvalidInput("Missing name.")
@@ -234,10 +234,10 @@ class Actions:
         self.metrics.sent_bytes.labels("retrieve").inc(response.content_length or 0)
         return response
 
-    def scan(self, request: Request, params: RequestParams) -> Response:
+    def scan(self, request: Request, params: RequestParams) -> Answer:
         return envelope(result=self.store.scan())
 
-    def identify(self, request: Request, params: RequestParams) -> Response:
+    def identify(self, request: Request, params: RequestParams) -> Answer:
         raw = params.utf8("names")
         if raw is None:
             raise InvalidInput("Missing names (a JSON list of store names).")

@@ -15,38 +15,30 @@ queue names are partners' capabilities and nothing may list them to anyone else.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Request
 
+from zoscii_api import addresses
 from zoscii_api.params import RequestParams
-from zoscii_api.responses import envelope
+from zoscii_api.responses import Answer, envelope
 from zoscii_api.waiting import QueueWatcher
 from zosciimq.core.admin import QueueAdmin, QueueInfo, parse_utc
 from zosciimq.errors import Forbidden, InvalidInput
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class AdminAllow:
     """The peers that may call the admin actions when access control is off."""
 
     def __init__(self, networks: tuple[str, ...]) -> None:
-        self.networks: tuple[Network, ...] = tuple(
-            ipaddress.ip_network(item, strict=False) for item in networks
-        )
+        self.networks = addresses.networks(networks)
 
     def check(self, address: str) -> None:
-        try:
-            peer = ipaddress.ip_address(address.split("%", 1)[0])
-        except ValueError:
-            peer = None
-        if peer is not None and peer.version == 6 and peer.ipv4_mapped is not None:
-            peer = peer.ipv4_mapped  # ::ffff:127.0.0.1 on a dual-stack socket
-        if peer is None or not any(peer in network for network in self.networks):
+        """Raises Forbidden unless ``address`` (``ClientAddress.of``) is allowed; an
+        IPv4-mapped IPv6 peer (a dual-stack socket) counts as its IPv4 address."""
+        if not addresses.is_in(addresses.parse_address(address), self.networks):
             raise Forbidden(
                 "Admin actions are allowed only from the addresses in ZOSCII_ADMIN_ALLOW "
                 "(or, with access control on, to clients with the 'admin' right)."
@@ -58,7 +50,7 @@ class AdminActions:
     admin: QueueAdmin
     watcher: QueueWatcher
 
-    def handlers(self) -> dict[str, Callable[[Request, RequestParams], Response]]:
+    def handlers(self) -> dict[str, Callable[[Request, RequestParams], Answer]]:
         return {
             "queues": self.queues,
             "purge": self.purge,
@@ -66,12 +58,12 @@ class AdminActions:
             "replay": self.replay,
         }
 
-    def queues(self, request: Request, params: RequestParams) -> Response:
+    def queues(self, request: Request, params: RequestParams) -> Answer:
         only = params.text("q") or None
         found = self.admin.list_queues(only)
         return envelope(message=f"{len(found)} queue(s).", result=[_queue(q) for q in found])
 
-    def purge(self, request: Request, params: RequestParams) -> Response:
+    def purge(self, request: Request, params: RequestParams) -> Answer:
         queue = _queue_name(params)
         before = params.text("before") or None
         removed = self.admin.purge(queue, before)
@@ -85,7 +77,7 @@ class AdminActions:
             },
         )
 
-    def delete(self, request: Request, params: RequestParams) -> Response:
+    def delete(self, request: Request, params: RequestParams) -> Answer:
         removed = self.admin.delete(_queue_name(params))
         self.watcher.notify(removed.queue)  # long-polls see the end at once
         return envelope(
@@ -98,7 +90,7 @@ class AdminActions:
             },
         )
 
-    def replay(self, request: Request, params: RequestParams) -> Response:
+    def replay(self, request: Request, params: RequestParams) -> Answer:
         queue = _queue_name(params)
         raw = params.text("since")
         if not raw:

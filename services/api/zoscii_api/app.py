@@ -28,6 +28,7 @@ from zosciimq.core import DataDir, DataStore, QueueStore, ZosciiError
 from zosciimq.core.admin import QueueAdmin
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.queues import Clock, utc_now
+from zosciimq.errors import VolumeUnavailable
 
 log = logging.getLogger("zoscii.api")
 
@@ -39,9 +40,19 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     if problem:
         log.error("data directory not usable: %s", problem)
     metrics = ApiMetrics()
-    queues = QueueStore(data_dir, clock=clock, limits=settings.policy.limits_for)
+    queues = QueueStore(
+        data_dir,
+        clock=clock,
+        rules=settings.policy.rule_for,
+        default_retention_days=settings.core.default_retention_days,
+    )
     watcher = QueueWatcher(queues.change_token, settings.wait_poll_ms / 1000, settings.max_waiters)
-    groups = ConsumerGroups(data_dir, queues, max_deliveries=settings.max_deliveries)
+    groups = ConsumerGroups(
+        data_dir,
+        queues,
+        max_deliveries=settings.max_deliveries,
+        max_deliveries_for=settings.policy.max_deliveries_for,
+    )
     actions = Actions(
         settings=settings,
         queues=queues,
@@ -64,13 +75,13 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
 
     @app.get("/healthz")
     def healthz() -> Response:
-        if settings.read_only:
-            problem = _readable(data_dir)
-        else:  # not usable: try to create the skeleton again, for a volume that came late
-            problem = data_dir.check_writable() and _prepare(data_dir, create_root=False)
-        if problem:
-            body = json.dumps({"status": "unavailable", "reason": problem})
-            return Response(body + "\n", 503, mimetype="application/json")
+        try:
+            _check_volume(data_dir, read_only=settings.read_only)
+        except VolumeUnavailable as exc:  # the health document, not the envelope
+            body = json.dumps({"status": "unavailable", "reason": str(exc)})
+            return Response(
+                body + "\n", exc.status, headers=exc.headers(), mimetype="application/json"
+            )
         return Response('{"status":"ok"}\n', mimetype="application/json")
 
     @app.get("/metrics")
@@ -97,6 +108,17 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         return response
 
     return app
+
+
+def _check_volume(data_dir: DataDir, *, read_only: bool) -> None:
+    """Raises VolumeUnavailable with the reason the data cannot be served now. A volume
+    that is not usable is prepared again first: it may have been mounted late."""
+    if read_only:
+        problem = _readable(data_dir)
+    else:
+        problem = data_dir.check_writable() and _prepare(data_dir, create_root=False)
+    if problem:
+        raise VolumeUnavailable(problem)
 
 
 def _readable(data_dir: DataDir) -> str | None:

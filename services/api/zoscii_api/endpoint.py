@@ -1,12 +1,12 @@
 """The protocol endpoint at ``/`` and ``/index.php``: one URL, dispatched by ``action``.
 
 It is mounted in front of the Flask app as WSGI middleware (``app.wsgi_app``) and works
-on werkzeug's Request and Response directly. Flask's routing, contexts and response
-finalising cost about as much as gunicorn itself (measured: a bare werkzeug handler
-answers 1.6x the requests of the same handler as a Flask view) and buy nothing here: the
-endpoint is a single URL whose dispatch is by parameter, and every publish and fetch
-goes through it. The operations routes (/healthz, /metrics, /openapi.yaml) stay Flask
-views.
+on werkzeug's Request and the replies of ``responses`` directly. Flask's routing,
+contexts and response finalising cost about as much as gunicorn itself (measured: a
+bare werkzeug handler answers 1.6x the requests of the same handler as a Flask view)
+and buy nothing here: the endpoint is a single URL whose dispatch is by parameter, and
+every publish and fetch goes through it. The operations routes (/healthz, /metrics,
+/openapi.yaml) stay Flask views.
 
 Request flow, one way: HTTP (this module, params, responses) -> actions -> core -> disk.
 """
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Request
 
 from zoscii_api.actions import Actions
 from zoscii_api.admin import AdminAllow
@@ -30,10 +30,18 @@ from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import query_fields, read_params
 from zoscii_api.ratelimit import Admission
-from zoscii_api.responses import envelope
+from zoscii_api.responses import Answer, Reply, envelope
 from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
+from zoscii_api.waiting import WAITED
 from zosciimq.core import DataDir, Upload
-from zosciimq.errors import InvalidInput, ReadOnly, TooLarge, WrongMethod, ZosciiError
+from zosciimq.errors import (
+    InvalidInput,
+    ReadOnly,
+    TooLarge,
+    VolumeUnavailable,
+    WrongMethod,
+    ZosciiError,
+)
 
 log = logging.getLogger("zoscii.api")
 
@@ -103,12 +111,15 @@ class Endpoint:
         else:
             response = self._answer(request)
         response.headers["X-Request-ID"] = request_id
-        label = environ.get("zoscii.action", "none")
-        self.metrics.requests.labels(label, str(response.status_code)).inc()
-        self.metrics.latency.labels(label).observe(time.perf_counter() - started)
+        self.metrics.answered(
+            environ.get("zoscii.action", "none"),
+            response.status_code,
+            time.perf_counter() - started,
+            environ.get(WAITED, 0.0),
+        )
         return response(environ, start_response)
 
-    def _answer(self, request: Request) -> Response:
+    def _answer(self, request: Request) -> Answer:
         try:
             return self._handle(request)
         except ZosciiError as exc:
@@ -122,7 +133,7 @@ class Endpoint:
             log.exception("unexpected error in %s", action)
             return envelope(error="Internal server error.", status=500)
 
-    def _handle(self, request: Request) -> Response:
+    def _handle(self, request: Request) -> Answer:
         environ = request.environ
         settings = self.settings
         raw_query = environ.get("QUERY_STRING", "").encode("latin-1")
@@ -174,7 +185,7 @@ class Endpoint:
         try:
             action = params.text("action")
             if not action:
-                return Response(WELCOME, mimetype="text/plain")
+                return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
             self._admit(request, action, params.text("q"), client)
             return self.actions.handler(action)(request, params)
         finally:
@@ -223,7 +234,7 @@ class Endpoint:
                 )
             )
 
-    def _volume_fault(self, exc: OSError, action: str) -> Response:
+    def _volume_fault(self, exc: OSError, action: str) -> Answer:
         """An OSError the core does not classify: 503 when the data volume cannot take
         writes (the reason /healthz gives), otherwise an unexpected error."""
         if self.settings.read_only:
@@ -233,12 +244,12 @@ class Endpoint:
             log.exception("unexpected error in %s", action)
             return envelope(error="Internal server error.", status=500)
         log.error("%s failed, data volume not usable: %s (%s)", action, problem, exc)
-        response = envelope(error="The data volume is not writable; try again later.", status=503)
-        response.headers["Retry-After"] = "5"
-        return response
+        return error_response(
+            VolumeUnavailable("The data volume is not writable; try again later.")
+        )
 
 
-def error_response(exc: ZosciiError) -> Response:
+def error_response(exc: ZosciiError) -> Answer:
     """The envelope with the error's own status and headers (``zosciimq.errors``)."""
     response = envelope(error=str(exc), status=exc.status)
     response.headers.update(exc.headers())

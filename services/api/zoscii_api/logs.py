@@ -6,26 +6,41 @@ header and environ variable (about 60 us per request here) and records the whole
 string, which for a GET publish is the message itself, and for any request may hold a
 nonce or a credential. This line has the client, method, path, the action and queue the
 endpoint recognised, status, bytes sent, duration and the request id; in JSON each of
-those is a field of its own. Health checks and scrapes are not logged.
+those is a field of its own. Health checks and scrapes are not logged. The client is the
+peer, or behind a proxy in ``ZOSCII_TRUSTED_PROXIES`` the address it forwarded (the one
+the rate limit and the admin check use, ``zoscii_api.addresses``): a proxy's own
+address in every line would say nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 from typing import Any
 
 from gunicorn import glogging
 
+from zoscii_api.addresses import ClientAddress
+from zoscii_api.settings import ApiSettings
 from zosciimq.service.logs import formatter_for, log_settings, setup_logging
+from zosciimq.settings import read_env
 
 SERVICE = "api"
 QUIET_PATHS = frozenset({"/healthz", "/metrics"})  # polled every few seconds: noise
+ACCESS_LINE = (
+    '%(client)s "%(method)s %(path)s" %(action)s %(queue)s %(status)s %(bytes)s'
+    " %(duration_ms).1fms %(request_id)s"
+)
 
 
 class ApiLogger(glogging.Logger):
+    addresses: ClientAddress  # set up by setup(), which gunicorn's Logger.__init__ calls
+
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
+        # The api's own variables only: its access and policy files are the app's to read.
+        self.addresses = ClientAddress(read_env(ApiSettings, os.environ).trusted_proxies)
         level, log_format = log_settings(os.environ)
         setup_logging(SERVICE, level=level, log_format=log_format)  # the app's own loggers
         formatter = formatter_for(SERVICE, log_format)
@@ -38,7 +53,7 @@ class ApiLogger(glogging.Logger):
             return
         status = resp.status.split(None, 1)[0] if isinstance(resp.status, str) else resp.status
         fields = {
-            "client": environ.get("REMOTE_ADDR", "-"),
+            "client": self.addresses.of_environ(environ) or "-",
             "method": environ.get("REQUEST_METHOD", "-"),
             "path": environ.get("PATH_INFO", "-"),
             "action": environ.get("zoscii.action", "-"),
@@ -48,12 +63,15 @@ class ApiLogger(glogging.Logger):
             "duration_ms": round(request_time.total_seconds() * 1000, 1),
             "request_id": environ.get("zoscii.request_id", "-"),
         }
+        log = self.access_log
+        if not log.isEnabledFor(logging.INFO):
+            return
         try:
-            self.access_log.info(
-                '%(client)s "%(method)s %(path)s" %(action)s %(queue)s %(status)s %(bytes)s'
-                " %(duration_ms).1fms %(request_id)s",
-                fields,
-                extra=fields,
+            # Made here rather than by log.info(): that walks the stack for the caller's
+            # file and line on every request, which an access line never shows.
+            record = log.makeRecord(
+                log.name, logging.INFO, __file__, 0, ACCESS_LINE, (fields,), None, extra=fields
             )
+            log.handle(record)
         except Exception:
             self.exception("cannot write the access log")

@@ -23,6 +23,7 @@ from prometheus_client import (
 )
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+WAIT_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 
 
 class ApiMetrics:
@@ -37,9 +38,16 @@ class ApiMetrics:
         )
         self.latency = Histogram(
             "zoscii_api_request_duration_seconds",
-            "Time to answer a request",
+            "Time to answer a request, without the time a long poll waited for a message",
             ["action"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.waited = Histogram(
+            "zoscii_api_wait_seconds",
+            "Time a long poll (fetch or consume with wait=) waited for a message",
+            ["action"],
+            buckets=WAIT_BUCKETS,
             registry=r,
         )
         self.received_bytes = Counter(
@@ -54,6 +62,22 @@ class ApiMetrics:
         self.fetched = Counter(
             "zoscii_api_messages_fetched", "Messages fetched", ["queue"], registry=r
         )
+
+        # labels() takes a lock and builds a key on every call; an answered request's
+        # children are looked up here instead (actions and statuses are bounded sets).
+        self._answered: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+
+    def answered(self, action: str, status: int, seconds: float, waited: float) -> None:
+        """Count one answered request: ``seconds`` to answer it, ``waited`` of them in a
+        long poll (kept apart, so a fetch that waited 20 s is not a slow fetch)."""
+        children = self._answered.get((action, status))
+        if children is None:
+            children = (self.requests.labels(action, str(status)), self.latency.labels(action))
+            self._answered[(action, status)] = children
+        children[0].inc()
+        children[1].observe(seconds - waited)
+        if waited:
+            self.waited.labels(action).observe(waited)
 
     def exposition(self) -> tuple[bytes, str]:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -3,7 +3,8 @@
 ``ZOSCII_RATE_LIMIT`` requests per second (0, the default, switches it off) with bursts
 of ``ZOSCII_RATE_BURST``. The client is the authenticated client's name when access
 control is on, otherwise the remote address; ``X-Forwarded-For`` is believed only when
-the peer is listed in ``ZOSCII_TRUSTED_PROXIES``, since anyone can send that header.
+the peer is listed in ``ZOSCII_TRUSTED_PROXIES``, since anyone can send that header
+(``zoscii_api.addresses``, shared with the admin check and the access log).
 A request with credentials that do not match is charged to its address, so guessing
 tokens is rate limited too.
 
@@ -17,18 +18,15 @@ a new one and is dropped, and beyond ``max_keys`` the least recently seen go fir
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
+from zoscii_api.addresses import ClientAddress
 from zoscii_api.auth import AccessControl, Client
 from zosciimq.errors import RateLimited, Unauthenticated
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class TokenBuckets:
@@ -76,39 +74,6 @@ class TokenBuckets:
             del self._buckets[key]
 
 
-class ClientAddress:
-    """The address a request comes from, through trusted proxies only."""
-
-    def __init__(self, trusted_proxies: tuple[str, ...] = ()) -> None:
-        self.trusted: tuple[Network, ...] = tuple(
-            ipaddress.ip_network(item, strict=False) for item in trusted_proxies
-        )
-
-    def of(self, remote_addr: str | None, forwarded_for: str | None) -> str:
-        """The peer, or when the peer is a trusted proxy the first untrusted hop of
-        ``X-Forwarded-For`` read from the right (the left part is the client's to forge)."""
-        peer = remote_addr or ""
-        if not forwarded_for or not self._is_trusted(peer):
-            return peer
-        hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
-        for hop in reversed(hops):
-            if not self._is_trusted(hop):
-                return hop if _parse(hop) is not None else peer
-            peer = hop
-        return peer
-
-    def _is_trusted(self, text: str) -> bool:
-        address = _parse(text)
-        return address is not None and any(address in network for network in self.trusted)
-
-
-def _parse(text: str) -> Address | None:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
-
-
 class Admission:
     """Who is asking, and whether they may ask now: authentication, then the rate limit.
 
@@ -145,12 +110,7 @@ class Admission:
         return client
 
     def _address(self, environ: Mapping[str, object]) -> str:
-        remote = environ.get("REMOTE_ADDR")
-        forwarded = environ.get("HTTP_X_FORWARDED_FOR")
-        return self.addresses.of(
-            remote if isinstance(remote, str) else None,
-            forwarded if isinstance(forwarded, str) else None,
-        )
+        return self.addresses.of_environ(environ)
 
     def _charge(self, key: str) -> None:
         if self.buckets is None:

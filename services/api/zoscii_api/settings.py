@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zoscii_api.addresses import parse_network
 from zoscii_api.auth import AccessControl
 from zosciimq.core.policy import PolicySource
 from zosciimq.service.config import read_service_env
@@ -54,7 +54,7 @@ def _networks(raw: str, variable: str = "ZOSCII_TRUSTED_PROXIES") -> tuple[str, 
     items = tuple(item.strip() for item in raw.split(",") if item.strip())
     for item in items:
         try:
-            ipaddress.ip_network(item, strict=False)
+            parse_network(item)  # as they are used (zoscii_api.addresses)
         except ValueError:
             raise SettingsError(f"{variable}: {item!r} is not an address") from None
     return items
@@ -97,6 +97,9 @@ class ApiSettings:
     # "none" for nobody); the address is REMOTE_ADDR, or through ZOSCII_TRUSTED_PROXIES.
     admin_allow: tuple[str, ...] = env_field("ZOSCII_ADMIN_ALLOW", LOOPBACK, parse=_admin_allow)
     header_timeout_seconds: int = env_field("ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1)
+    # A keep-alive client that came back this quickly last time is waited for on its
+    # thread instead of the poller (zoscii_api.worker); 0 turns that off.
+    keepalive_linger_ms: int = env_field("ZOSCII_KEEPALIVE_LINGER_MS", 5, minimum=0, maximum=1000)
     # The body gets this long, plus 1 s per body_min_rate bytes received.
     body_timeout_seconds: int = env_field("ZOSCII_BODY_TIMEOUT_SECONDS", 60, minimum=1)
     body_min_rate: int = env_field("ZOSCII_BODY_MIN_RATE", 500, minimum=1)

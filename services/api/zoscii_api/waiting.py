@@ -17,8 +17,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable
+from typing import Any
 
 log = logging.getLogger("zoscii.api.waiting")
+
+WAITED = "zoscii.waited"  # environ: seconds a request spent waiting in long polls
 
 
 class QueueWatcher:
@@ -62,6 +65,17 @@ class QueueWatcher:
                 if not self._waiters[queue]:
                     del self._waiters[queue]
         return True
+
+    def wait_counted(
+        self, environ: dict[str, Any], queue: str, seen_generation: int, timeout: float
+    ) -> bool:
+        """``wait``, adding the time spent to the request's ``WAITED`` seconds: the
+        endpoint keeps long-poll waiting out of its latency histogram."""
+        started = time.monotonic()
+        try:
+            return self.wait(queue, seen_generation, timeout)
+        finally:
+            environ[WAITED] = environ.get(WAITED, 0.0) + time.monotonic() - started
 
     def waiting(self) -> int:
         with self._changed:

@@ -21,11 +21,11 @@ import json
 import time
 from dataclasses import dataclass
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Request
 
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams, whole_number
-from zoscii_api.responses import batch_response, envelope, message_response
+from zoscii_api.responses import Answer, batch_response, envelope, message_response
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
 from zosciimq.core.groups import ConsumerGroups, Delivery, Outcome, clean_group
@@ -42,7 +42,7 @@ class WorkActions:
     metrics: ApiMetrics
     watcher: QueueWatcher
 
-    def consume(self, request: Request, params: RequestParams) -> Response:
+    def consume(self, request: Request, params: RequestParams) -> Answer:
         queue, group = _queue_and_group(params)
         count = _number(params.text("count"), "count") or 0
         if count > self.settings.max_batch_count:
@@ -64,10 +64,12 @@ class WorkActions:
             left = deadline - time.monotonic()
             # Woken by a publish, or each second: a lease that ran out or a requeue's
             # delay makes a message deliverable without any publish.
-            if left <= 0 or not self.watcher.wait(queue, generation, min(left, 1.0)):
+            if left <= 0 or not self.watcher.wait_counted(
+                request.environ, queue, generation, min(left, 1.0)
+            ):
                 return envelope(message="No messages for this group.")
 
-    def _reply(self, request: Request, got: list[Delivery], *, batch: bool) -> Response:
+    def _reply(self, request: Request, got: list[Delivery], *, batch: bool) -> Answer:
         if not batch:
             (delivery,) = got
             response = message_response(
@@ -79,12 +81,12 @@ class WorkActions:
             [(d.name, d.file, d.size) for d in got], part_headers=[_headers(d) for d in got]
         )
 
-    def ack(self, request: Request, params: RequestParams) -> Response:
+    def ack(self, request: Request, params: RequestParams) -> Answer:
         queue, group = _queue_and_group(params)
         receipts, many = _receipts(params)
         return _outcomes(self.groups.ack(queue, group, receipts), "acked", many=many)
 
-    def requeue(self, request: Request, params: RequestParams) -> Response:
+    def requeue(self, request: Request, params: RequestParams) -> Answer:
         queue, group = _queue_and_group(params)
         delay = _number(params.text("delay"), "delay")
         ttl = params.text("ttl")
@@ -100,13 +102,13 @@ class WorkActions:
             self.watcher.notify(queue)
         return _outcomes(outcomes, "requeued", many=many)
 
-    def deadletter(self, request: Request, params: RequestParams) -> Response:
+    def deadletter(self, request: Request, params: RequestParams) -> Answer:
         queue, group = _queue_and_group(params)
         receipts, many = _receipts(params)
         outcomes = self.groups.dead_letter(queue, group, receipts)
         return _outcomes(outcomes, "dead-lettered", many=many)
 
-    def extend(self, request: Request, params: RequestParams) -> Response:
+    def extend(self, request: Request, params: RequestParams) -> Answer:
         queue, group = _queue_and_group(params)
         receipt = _receipts(params)[0][0]
         lease = _number(params.text("lease"), "lease") or self.settings.lease_seconds
@@ -140,7 +142,7 @@ def _receipts(params: RequestParams) -> tuple[list[str], bool]:
     return receipts, True
 
 
-def _outcomes(outcomes: list[Outcome], done: str, *, many: bool) -> Response:
+def _outcomes(outcomes: list[Outcome], done: str, *, many: bool) -> Answer:
     if not many and outcomes[0].result != "ok":
         raise Fenced(
             f"Receipt does not hold {outcomes[0].name or 'its message'} any more "

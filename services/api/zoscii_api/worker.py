@@ -7,6 +7,17 @@ the first byte is in, so a client that trickles its headers holds a thread for e
 included); a late one gets 408 and the connection is closed. The body's deadline is the
 app's business, as only the app reads it.
 
+It also keeps a busy keep-alive connection on its thread. gthread hands every finished
+keep-alive connection back to its main thread, which registers it with the poller,
+wakes when the next request comes, and submits it to the pool again: two thread
+handoffs and a pipe write per request. On this class of machine each handoff (a
+sleeping thread woken, its caches cold) costs more CPU than a publish's own Python
+(docs/benchmarks.md, "Where a publish's CPU goes"). So a thread that just answered a
+client which came back quickly last time waits up to ``ZOSCII_KEEPALIVE_LINGER_MS`` on
+the socket itself and serves the next request directly, while enough threads stay free
+for everyone else; a client that does not come back within it goes to the poller as
+before, and is not waited for again until it is quick again.
+
 HTTP/1 only (gunicorn's default ``http_protocols``): an HTTP/2 connection is served by
 one long call and would be cut at the head deadline.
 """
@@ -14,6 +25,8 @@ one long call and would be cut at the head deadline.
 from __future__ import annotations
 
 import json
+import select
+import threading
 import time
 from typing import Any
 
@@ -44,13 +57,61 @@ TIMEOUT_REPLY = (
 )
 
 
+# Threads a lingering connection must leave free: long polls and new clients get them.
+LINGER_RESERVE = 4
+
+
 class ThreadWorker(gthread.ThreadWorker):
     def init_process(self) -> None:
-        self.head_timeout = ApiSettings.from_env().header_timeout_seconds
+        settings = ApiSettings.from_env()
+        self.head_timeout = settings.header_timeout_seconds
+        self.linger_ms = settings.keepalive_linger_ms
         self.head_watchdog = Watchdog(name="head-deadlines")
+        self._busy = 0  # threads inside handle()
+        self._busy_lock = threading.Lock()
         super().init_process()
 
     def handle(self, conn: Any) -> Any:
+        """Serve requests on ``conn`` while its client keeps coming back quickly."""
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            while True:
+                result = self._handle_one(conn)
+                if result is not True or not self._linger(conn):
+                    return result
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    def _linger(self, conn: Any) -> bool:
+        """Has the next request on ``conn`` arrived within the linger time?
+
+        Only for a connection whose client came back within it last time, and only
+        while at least ``LINGER_RESERVE`` threads stay free.
+        """
+        if not self.linger_ms or not self.alive:
+            return False
+        quick = not getattr(conn, "zoscii_slow", False)
+        if quick and self._busy <= self.cfg.threads - LINGER_RESERVE:
+            if conn.parser.unreader.buf.getvalue() or _tls_pending(conn.sock):
+                return True  # read ahead already: gthread would serve it at once too
+            poller = select.poll()
+            poller.register(conn.sock, select.POLLIN)
+            if poller.poll(self.linger_ms):
+                return True
+        conn.zoscii_parked = time.monotonic()  # back to the poller, as gthread does
+        return False
+
+    def _came_back(self, conn: Any) -> None:
+        """A request on a connection from the poller: was it quick enough to wait for?"""
+        parked = getattr(conn, "zoscii_parked", None)
+        if parked is not None:
+            conn.zoscii_slow = (time.monotonic() - parked) * 1000 > self.linger_ms
+            conn.zoscii_parked = None
+
+    def _handle_one(self, conn: Any) -> Any:
+        self._came_back(conn)
         deadline = time.monotonic() + self.head_timeout
         self.head_watchdog.watch(conn, lambda: conn.sock, deadline)
         try:
@@ -73,3 +134,9 @@ class ThreadWorker(gthread.ThreadWorker):
         if self.head_watchdog.forget(conn):  # the head came in just as its time was up
             return False
         return super().handle_request(req, conn)
+
+
+def _tls_pending(sock: Any) -> bool:
+    """Decrypted bytes already read from the socket (poll cannot see them)."""
+    pending = getattr(sock, "pending", None)
+    return bool(pending and pending())

@@ -11,8 +11,9 @@ Why it cannot lose a publish or confuse a consumer:
   order, so a consumer whose pointer names a deleted message gets the next one;
 * a nonce marker is deleted only if, under its nonce lock, it is still old: one rolled
   back and written anew since the listing is young again;
-* a queue's index and journal are deleted only when, under the queue lock, its directory
-  is gone (nobody can be using them then); never otherwise;
+* a queue's index, journal and sidecars are deleted only when, under the queue lock, its
+  directory is gone (nobody can be using them then; the rule is the core's,
+  ``zosciimq.core.orphans``); never otherwise;
 * lock files are never removed: a process waiting on the old inode would hold a lock
   that a newcomer, opening a fresh file, would hold as well;
 * consumer-group state goes through the core (``ConsumerGroups.forget`` / ``tidy``),
@@ -48,9 +49,16 @@ from zoscii_claireup.report import (
 )
 from zoscii_claireup.retention import ExpiryRule, older_than
 from zoscii_claireup.settings import Settings
-from zosciimq.core import DataDir, InvalidInput, QueueNotFound, QueueStore, ZosciiError, walk
+from zosciimq.core import (
+    DataDir,
+    InvalidInput,
+    QueueNotFound,
+    QueueStore,
+    ZosciiError,
+    orphans,
+    walk,
+)
 from zosciimq.core.groups import ConsumerGroups
-from zosciimq.core.locking import FileLock
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.queues import utc_now
 from zosciimq.core.walk import Found, Kind
@@ -228,21 +236,19 @@ class _Run:
             self._tick(tally, "index")
             if found.kind is Kind.LEFTOVER:
                 self._delete_if_older(found, self.cleaner.temp_max_age_seconds, tally)
-            elif found.kind in (Kind.INDEX, Kind.JOURNAL, Kind.SIDECAR) and found.queue:
-                self._delete_if_queue_vanished(found, found.queue, tally)
+            elif found.kind in orphans.QUEUE_FILES:
+                self._forget_if_vanished(found, tally)
             # anything else is not ours to judge: the core may keep other files here
 
-    def _delete_if_queue_vanished(self, found: Found, queue: str, tally: Tally) -> None:
-        if self.data_dir.queue_dir(queue).exists():
+    def _forget_if_vanished(self, found: Found, tally: Tally) -> None:
+        try:
+            size = orphans.forget_if_vanished(self.data_dir, found, dry_run=self.dry_run)
+        except OSError as exc:
+            tally.errors += 1
+            log.error("cannot delete %s: %s", found.path, exc)
             return
-        if self.dry_run:
-            self._delete(found.entry, tally)
-            return
-        # A publisher creates the queue directory by the time it holds the queue lock,
-        # so under the lock "no directory" means nobody is using this index or journal.
-        with FileLock(self.data_dir.queue_lock_path(queue)):
-            if not self.data_dir.queue_dir(queue).exists():
-                self._delete(found.entry, tally)
+        if size is not None:
+            self._count_deleted(found.path, size, tally)
 
     # --- consumer-group state ---------------------------------------------------------
     def clean_groups(self) -> None:

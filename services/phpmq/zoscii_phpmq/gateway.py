@@ -180,9 +180,16 @@ class Gateway:
         self.settings = settings
         self.metrics = metrics
         self.data_dir = DataDir(settings.data_dir)
-        self.queues = QueueStore(self.data_dir, limits=settings.policy.limits_for)
+        self.queues = QueueStore(
+            self.data_dir,
+            rules=settings.policy.rule_for,
+            default_retention_days=settings.core.default_retention_days,
+        )
         self.groups = ConsumerGroups(
-            self.data_dir, self.queues, max_deliveries=settings.max_deliveries
+            self.data_dir,
+            self.queues,
+            max_deliveries=settings.max_deliveries,
+            max_deliveries_for=settings.policy.max_deliveries_for,
         )
         self.pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="phpmq-core")
         self.ids = Ids(settings.max_ids)
@@ -420,7 +427,7 @@ class Gateway:
         expires_at = time.time() + ttl if ttl else None
         assert isinstance(message.content, UploadSink)
         upload = message.content.upload
-        outgoing = Outgoing(upload, self.settings.retention(queue), None, expires_at)
+        outgoing = Outgoing(upload, self.settings.retention_days, None, expires_at)
         try:
             name = await self.run(self._publish, queue, outgoing)
         except ZosciiError as exc:

@@ -107,13 +107,6 @@ class Settings:
     def data_dir(self) -> Path:
         return self.core.data_dir
 
-    def retention(self, queue: str) -> int:
-        """Retention of a message published to ``queue``: the gateway's setting, else
-        the queue policy's default for the queue, else the core's default."""
-        if self.retention_days is None:
-            return self.policy.retention_for(queue, self.core.default_retention_days)
-        return self.retention_days
-
     def group_of(self, queue: str) -> str:
         """The consumer group PHPMQ clients of ``queue`` (clean) consume through."""
         for name, group in self.queue_groups:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # settings imports this module to refuse two jobs on one poin
 def pointer_path(data_dir: DataDir, job: JobConfig) -> Path:
     """The job's own ``pointer_file`` if it has one, else the protocol's name."""
     if job.pointer_file:
-        return data_dir.states / job.pointer_file
+        return data_dir.state_path(job.pointer_file)
     return state_path(data_dir, job.source_queue, job.target_queue)
 
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zoscii_statissa.compute import compute_snapshot
-from zoscii_statissa.service import serve
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.spark import SparkScanner
 from zosciimq.core.layout import DataDir
@@ -66,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     level, log_format = settings.log
     setup_logging("statissa", level=level, log_format=log_format)
     if not args.once:  # gunicorn's master; Spark starts in its worker (server.py)
+        # Imported here: gunicorn and Flask cost a one-shot run (--once) time it never uses.
+        from zoscii_statissa.service import serve
+
         return serve(settings)
     scanner = SparkScanner(settings)
     try:  # SIGTERM keeps its default: a one-shot computation simply ends

@@ -10,7 +10,6 @@ tooltip), so tests and people can count what was drawn.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from datetime import UTC, datetime
 from jinja2 import Environment
 from markupsafe import Markup, escape
 
+from zoscii_statissa.admin_pages import ADMIN_STYLE
 from zoscii_statissa.history import (
     History,
     HistoryPoint,
@@ -30,8 +30,8 @@ from zoscii_statissa.history import (
 from zoscii_statissa.model import ConsumerGroupStats, GroupStats, Snapshot
 from zoscii_statissa.report import environment, human_age, when
 from zoscii_statissa.snapshots import RunStatus
+from zosciimq.core import browse
 from zosciimq.core.layout import DataDir
-from zosciimq.core.walk import Kind, iter_queue_files
 
 RANGES: dict[str, float] = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86_400.0, "7d": 7 * 86_400.0}
 DEFAULT_RANGE = "24h"
@@ -236,32 +236,27 @@ class LatestName:
     size: int | None
 
 
-def latest_names(data_dir: DataDir, queue: str, limit: int = LATEST_NAMES) -> list[LatestName]:
-    """The newest message names of ``queue`` (names sort in publish order), newest first.
-
-    Lists the queue's directory through the core (names and sizes only, never contents).
-    """
-    found = heapq.nlargest(
-        limit,
-        (f for f in iter_queue_files(data_dir, queue) if f.kind is Kind.MESSAGE),
-        key=lambda f: f.name,
-    )
-    latest = []
-    for item in found:
-        assert item.message is not None
-        try:
-            size: int | None = item.entry.stat(follow_symlinks=False).st_size
-        except OSError:  # consumed or cleaned up since the listing
-            size = None
-        latest.append(
-            LatestName(
-                item.name,
-                when(item.message.published_timestamp),
-                item.message.retention_days,
-                size,
+def latest_names(
+    data_dir: DataDir, queue: str, limit: int = LATEST_NAMES
+) -> tuple[list[LatestName], str]:
+    """The newest message names of ``queue``, newest first, and a note when they are not
+    from the index (``zosciimq.core.browse.latest``: the index's tail when it agrees with
+    the directory, else a bounded listing; nothing written, no lock taken)."""
+    found = browse.latest(data_dir, queue, limit)
+    names = [
+        LatestName(m.name, when(m.message.published_timestamp), m.retention_days, m.size)
+        for m in found.messages
+    ]
+    note = ""
+    if found.source == "listing":
+        note = "Listed from the directory (its index is being updated or was changed)"
+        if not found.complete:
+            note += (
+                f": the newest among the first {browse.DEFAULT_SCAN_LIMIT:,} entries listed, "
+                "not necessarily the newest of the queue"
             )
-        )
-    return latest
+        note += "."
+    return names, note
 
 
 # --- the queue page ---------------------------------------------------------------------
@@ -272,7 +267,7 @@ QUEUE_TEMPLATE = """\
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{ queue }} &middot; ZOSCII MQ console</title>
-<style>{{ style }}</style>
+<style>{{ style }}{{ admin_style }}</style>
 </head>
 <body>
 <header>
@@ -310,11 +305,11 @@ QUEUE_TEMPLATE = """\
 
 <section class="actions" id="actions" aria-label="Actions">
 <h2>Actions</h2>
-{# The place for admin actions (purge, requeue dead letters...): they will call the
-   api's admin endpoints; pass them to QueuePage.render(actions=...). #}
+{# The api's admin actions (admin_pages.AdminPanel): shown only to callers the api
+   lets use them; every one asks for confirmation first. #}
 {% if actions %}<div class="action-bar">{% for a in actions %}{{ a }}{% endfor %}</div>
-{% else %}<p class="muted pad">No actions available here yet: administrative actions
-are served by the api.</p>{% endif %}
+{% else %}<p class="muted pad" id="actions-note">{{ actions_note or
+  "No actions available here." }}</p>{% endif %}
 </section>
 
 <section>
@@ -354,12 +349,14 @@ are served by the api.</p>{% endif %}
 <h2>Latest messages</h2>
 {% if names_error %}<p class="muted pad warn">Cannot list the queue: {{ names_error }}</p>
 {% elif names %}
+{% if names_note %}<p class="muted pad" id="names-note">{{ names_note }}</p>{% endif %}
 <table class="latest">
 <thead><tr><th class="name">Name</th><th>Published (UTC)</th><th>Retention</th>
   <th>Size</th></tr></thead>
 <tbody>
 {% for n in names %}
-<tr><td class="name">{{ n.name }}</td><td>{{ n.published }}</td>
+<tr><td class="name"><a href="{{ queue|urlencode }}/messages/{{ n.name|urlencode }}">{{
+  n.name }}</a></td><td>{{ n.published }}</td>
   <td>{{ n.retention_days }} d</td>
   <td>{{ "\u2013" if n.size is none else size(n.size) }}</td></tr>
 {% endfor %}
@@ -385,7 +382,7 @@ RANGES_MACRO = """\
 
 def _environment() -> Environment:
     """The pages' environment (``report.environment``) with the chart ranges."""
-    return environment(range_keys=tuple(RANGES))
+    return environment(range_keys=tuple(RANGES), admin_style=Markup(ADMIN_STYLE))
 
 
 class QueuePage:
@@ -401,9 +398,11 @@ class QueuePage:
         charts: Sequence[Chart],
         names: Sequence[LatestName],
         names_error: str = "",
+        names_note: str = "",
         range_key: str = DEFAULT_RANGE,
         history_error: str = "",
         actions: Sequence[Markup] = (),
+        actions_note: str = "",
     ) -> str:
         stats: GroupStats | None = None
         groups: list[ConsumerGroupStats] = []
@@ -424,9 +423,11 @@ class QueuePage:
             chart=render_chart,
             names=names,
             names_error=names_error,
+            names_note=names_note,
             range_key=range_key,
             history_error=history_error,
             actions=actions,
+            actions_note=actions_note,
         )
 
 

@@ -46,7 +46,6 @@ from zosciimq.core.layout import DataDir
 
 log = logging.getLogger(__name__)
 
-HISTORY_DIR = "statissa"  # .zoscii/statissa/
 VERSION = 1
 KEEP_DAYS = 8  # today and the 7 days before it
 MIN_SPACING_SECONDS = 10.0
@@ -173,7 +172,7 @@ class History:
     ) -> None:
         if keep_days < 1:
             raise ValueError("keep_days must be at least 1")
-        self.directory = data_dir.internal / HISTORY_DIR
+        self.directory = data_dir.statissa_history
         self.keep_days = keep_days
         self.min_spacing = min_spacing
         self._lock = threading.Lock()

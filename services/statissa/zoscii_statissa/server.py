@@ -30,7 +30,7 @@ from zoscii_statissa.history import History, recording
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zoscii_statissa.spark import SparkScanner
-from zoscii_statissa.web import create_app
+from zoscii_statissa.web import admin_panel, create_app
 from zosciimq.core.layout import DataDir
 from zosciimq.core.queues import Clock, utc_now
 from zosciimq.service.logs import formatter_for
@@ -56,8 +56,13 @@ class Runtime:
         self.history = History(self.data_dir)
         compute = recording(partial(compute_snapshot, self.scanner, self.data_dir), self.history)
         self.keeper = SnapshotKeeper(compute, clock)
+        # the console's admin buttons relay to the api (relay.py says why not the core)
         self.app: WsgiApp = create_app(
-            self.keeper, self.data_dir, settings.access, history=self.history
+            self.keeper,
+            self.data_dir,
+            settings.access,
+            history=self.history,
+            admin=admin_panel(settings.api_url, settings.api_timeout_seconds),
         )
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.scheduler.add_job(
@@ -73,11 +78,13 @@ class Runtime:
     def start(self) -> None:
         self.scheduler.start()
         log.info(
-            "statissa computing every %ds from %s, Spark master %s, access control %s",
+            "statissa computing every %ds from %s, Spark master %s, access control %s, "
+            "admin actions %s",
             self.settings.interval_seconds,
             self.data_dir.root,
             self.settings.spark_master,
             "on" if self.settings.access.enabled else "off",
+            f"relayed to {self.settings.api_url}" if self.settings.api_url else "off",
         )
 
     def stopping(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from zosciimq.access import AccessControl
 from zosciimq.service.config import read_service_env
@@ -21,6 +22,16 @@ def _spark_conf(raw: str) -> tuple[tuple[str, str], ...]:
             raise SettingsError(f"ZOSCII_SPARK_CONF: {item!r} is not spark.<key>=<value>")
         pairs.append((key.strip(), value.strip()))
     return tuple(pairs)
+
+
+def _api_url(raw: str) -> str:
+    """The api the console relays admin actions to: an http(s) URL, or "none" (off)."""
+    if raw.lower() == "none":
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        raise SettingsError(f"ZOSCII_STATISSA_API_URL: {raw!r} is not http(s)://host[:port]/")
+    return raw
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,12 @@ class Settings:
     spark_conf: tuple[tuple[str, str], ...] = env_field("ZOSCII_SPARK_CONF", (), parse=_spark_conf)
     # (level, format) from ZOSCII_LOG_LEVEL and ZOSCII_LOG_FORMAT, as every service
     log: tuple[str, str] = field(default_factory=lambda: log_settings({}))
+    # the api the console's admin buttons relay to, with the operator's own credentials
+    # (empty or "none": no admin actions in the console), and how long such a request may take
+    api_url: str = env_field("ZOSCII_STATISSA_API_URL", "", parse=_api_url)
+    api_timeout_seconds: int = env_field(
+        "ZOSCII_STATISSA_API_TIMEOUT_SECONDS", 120, minimum=1, maximum=3600
+    )
     # clients from ZOSCII_AUTH_FILE / ZOSCII_AUTH_CLIENTS, as the api: none, access is open
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
 

@@ -1,6 +1,8 @@
 """What statissa serves on its one port: the ops endpoints every service has (/healthz,
 /metrics, from ``zosciimq.service``) plus its own: the console (the front page with the
-history charts, and /queues/<name>), /stats.json, /history.json and POST /refresh.
+history charts, /queues/<name>, a message's page /queues/<name>/messages/<message>, the
+admin actions /queues/<name>/admin/<action>), /stats.json, /history.json and POST
+/refresh.
 
 The pages and JSON are a small Flask app mounted into the ops app; POST /refresh and
 /queues/... are dispatched to it before the ops app, which answers 405 to anything but
@@ -10,6 +12,8 @@ With access control on (the api's clients, ``zosciimq.access``), everything but 
 and /metrics needs the right ``statistics``: it names every queue and group. /healthz
 and /metrics stay open, for orchestrators and Prometheus, which carry no credentials
 (put the port behind a network boundary when queue names in metrics are a secret).
+A message's page also needs the queue's read right (``message_page``); the admin actions
+are the api's to allow (``admin_pages``, ``relay``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from flask import Flask, Response, jsonify, redirect, request
 from markupsafe import Markup
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from zoscii_statissa.admin_pages import ACTIONS, PARAMETER, AdminPanel
 from zoscii_statissa.collector import StatissaCollector
 from zoscii_statissa.console import (
     QueuePage,
@@ -36,9 +41,13 @@ from zoscii_statissa.console import (
     window,
 )
 from zoscii_statissa.history import History, HistoryPoint
+from zoscii_statissa.message_page import PEEK_BYTES, MessagePage
+from zoscii_statissa.relay import ApiRelay
 from zoscii_statissa.report import ReportPage
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zosciimq.access import AccessControl, Forbidden, Unauthenticated
+from zosciimq.core import browse
+from zosciimq.core.errors import InvalidInput, MessageNotFound, QueueNotFound
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import is_queue_name
 from zosciimq.service import Health
@@ -46,9 +55,10 @@ from zosciimq.service.ops import StartResponse, WsgiApp, ops_app
 
 log = logging.getLogger(__name__)
 
-REFRESH = "/refresh"  # the one route that is not GET
+REFRESH = "/refresh"  # POST only (as the admin forms under QUEUES)
 STATISTICS = "statistics"  # the right the page, /stats.json and /refresh need
 QUEUES = "/queues/"  # the queue pages: /queues/<name>
+CLIENT = "zoscii.client"  # where ``guarded`` leaves the authenticated client (environ)
 
 
 def build_registry(keeper: SnapshotKeeper) -> CollectorRegistry:
@@ -64,11 +74,15 @@ def create_app(
     access: AccessControl | None = None,
     *,
     history: History | None = None,
+    admin: AdminPanel | None = None,
 ) -> WsgiApp:
     """Everything statissa serves, as one WSGI app. ``history``: the one the computation
-    appends to (read from the volume when not given)."""
+    appends to (read from the volume when not given); ``admin``: the admin actions (off
+    when not given)."""
     history = history if history is not None else History(data_dir)
-    pages = guarded(create_pages(keeper, data_dir, history), access or AccessControl([]))
+    access = access or AccessControl([])
+    admin = admin if admin is not None else AdminPanel(None)
+    pages = guarded(create_pages(keeper, data_dir, history, access, admin), access)
     ops = ops_app(
         partial(health, keeper, data_dir),
         build_registry(keeper),
@@ -94,11 +108,31 @@ def health(keeper: SnapshotKeeper, data_dir: DataDir) -> Health:
     return Health(None, details)
 
 
-def create_pages(keeper: SnapshotKeeper, data_dir: DataDir, history: History) -> Flask:
+def admin_panel(api_url: str, timeout_seconds: float) -> AdminPanel:
+    """The admin actions relayed to ``api_url`` (off when empty)."""
+    return AdminPanel(ApiRelay(api_url, timeout_seconds) if api_url else None)
+
+
+def create_pages(
+    keeper: SnapshotKeeper,
+    data_dir: DataDir,
+    history: History,
+    access: AccessControl,
+    admin: AdminPanel,
+) -> Flask:
     app = Flask(__name__)
     page = ReportPage()
     trends = TrendsSection()
     queue_page = QueuePage()
+    message_page = MessagePage()
+
+    def html(body: str, status: int = 200) -> tuple[Response, int]:
+        return Response(body, mimetype="text/html"), status
+
+    def known_queue(name: str) -> bool:
+        snapshot = keeper.snapshot
+        known = snapshot is not None and any(q.name == name for q in snapshot.queues)
+        return is_queue_name(name) and (known or data_dir.queue_dir(name).is_dir())
 
     def history_points(range_key: str) -> tuple[list[HistoryPoint], str]:
         """The range's points, and why history cannot be shown or written ("" if fine)."""
@@ -127,29 +161,69 @@ def create_pages(keeper: SnapshotKeeper, data_dir: DataDir, history: History) ->
 
     @app.get(f"{QUEUES}<name>")
     def queue(name: str) -> tuple[Response, int]:
-        snapshot = keeper.snapshot
-        known = snapshot is not None and any(q.name == name for q in snapshot.queues)
-        if not is_queue_name(name) or not (known or data_dir.queue_dir(name).is_dir()):
+        if not known_queue(name):
             return Response("no such queue\n", mimetype="text/plain"), 404
+        snapshot = keeper.snapshot
         range_key = pick_range(request.args.get("range"))
         points, error = history_points(range_key)
         groups = [g for g in snapshot.groups if g.queue == name] if snapshot else []
-        names_error = ""
+        names_error = names_note = ""
         try:
-            names = latest_names(data_dir, name)
+            names, names_note = latest_names(data_dir, name)
+        except QueueNotFound:
+            names, names_error = [], "the queue is gone (deleted since the figures)"
         except OSError as exc:
             names, names_error = [], str(exc)
-        html = queue_page.render(
+        actions, actions_note = admin.actions_for(request.environ, name)
+        body = queue_page.render(
             name,
             snapshot,
             keeper.status,
             charts=queue_charts(points, name, groups),
             names=names,
             names_error=names_error,
+            names_note=names_note,
             range_key=range_key,
             history_error=error,
+            actions=actions,
+            actions_note=actions_note,
         )
-        return Response(html, mimetype="text/html"), 200
+        return html(body)
+
+    @app.get(f"{QUEUES}<name>/messages/<message>")
+    def message(name: str, message: str) -> tuple[Response, int]:
+        try:
+            browse.check_queue(name)
+            browse.check_name(message)
+        except InvalidInput:
+            return Response("no such message\n", mimetype="text/plain"), 404
+        client = request.environ.get(CLIENT)
+        if access.enabled and (client is None or not client.may("fetch", name)):
+            refusal = f"Reading the messages of {name} needs its read right (as a fetch does)."
+            return html(message_page.render(name, message, None, error=refusal), 403)
+        try:
+            peeked = browse.peek(data_dir, name, message, PEEK_BYTES)
+        except (QueueNotFound, MessageNotFound) as exc:
+            return html(message_page.render(name, message, None, error=str(exc)), 404)
+        except OSError as exc:
+            log.warning("cannot read %s/%s: %s", name, message, exc)
+            return html(message_page.render(name, message, None, error=str(exc)), 500)
+        return html(message_page.render(name, message, peeked))
+
+    @app.get(f"{QUEUES}<name>/admin/<action>")
+    def confirm(name: str, action: str) -> tuple[Response, int]:
+        if action not in ACTIONS or not known_queue(name):
+            return Response("not found\n", mimetype="text/plain"), 404
+        value = request.args.get(PARAMETER[action], "") if PARAMETER[action] else ""
+        shown = admin.confirm(request.environ, name, action, value)
+        return html(shown.html, shown.status)
+
+    @app.post(f"{QUEUES}<name>/admin/<action>")
+    def submit(name: str, action: str) -> tuple[Response, int]:
+        if action not in ACTIONS or not is_queue_name(name):
+            return Response("not found\n", mimetype="text/plain"), 404
+        shown = admin.submit(request.environ, name, action, request.form)
+        return html(shown.html, shown.status)
 
     @app.get("/history.json")
     def history_json() -> tuple[Response, int]:
@@ -201,6 +275,7 @@ def guarded(app: WsgiApp, access: AccessControl) -> WsgiApp:
         except Forbidden as exc:
             log.info("client %s refused %s", client.name if client else "-", exc)
             return _deny(start_response, "403 Forbidden", str(exc))
+        environ[CLIENT] = client  # for the rights a page needs beyond statistics
         # A browser holding Basic credentials would send them with a form another site
         # posts here; the browser says so (Fetch Metadata), so that one is refused.
         if environ.get("HTTP_SEC_FETCH_SITE") == "cross-site":

@@ -5,7 +5,8 @@ message is leased to one consumer for a while; it is acked (done for the group),
 requeued (behind the messages waiting at that moment, as PHPMQ's "pop from queue,
 append to queue"), dead-lettered (copied to the group's dead-letter queue, see
 ``dead_letter_queue``), or its lease runs out and it is delivered again. After
-``max_deliveries`` deliveries, or past its TTL, it goes to the dead letters by itself.
+``max_deliveries`` deliveries (the queue policy's ``dead_letter_max_deliveries`` where it
+sets one), or past its TTL, it goes to the dead letters by itself.
 Groups are independent of each other and of pointer readers: they only read the queue.
 
 State: one append-only log per group (``.zoscii/groups/<queue>/<group>.log``), every
@@ -199,11 +200,16 @@ class ConsumerGroups:
         queues: QueueStore,
         *,
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        max_deliveries_for: Callable[[str, int], int] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``max_deliveries``: the server's default; ``max_deliveries_for(queue, default)``
+        a queue's own (``PolicySource.max_deliveries_for``), asked at each lease so an
+        edited policy file applies without a restart."""
         self.data_dir = data_dir
         self.queues = queues
         self.max_deliveries = max_deliveries
+        self.max_deliveries_for = max_deliveries_for
         self.clock = clock
         self._states: dict[tuple[str, str], _State] = {}
         self._mutex = threading.Lock()
@@ -216,13 +222,24 @@ class ConsumerGroups:
         order, then requeued ones whose turn came. Expired or worn-out messages found on
         the way go to the dead letters."""
         deliveries: list[Delivery] = []
+        limit = self.deliveries_limit(queue)
         with self._locked(queue, group) as (state, writer):
             now = self.clock()
             for name, entry, expires_at in self._candidates(queue, state, now, count):
                 if len(deliveries) >= count:
                     break
                 delivery = self._lease(
-                    queue, group, state, writer, name, entry, expires_at, now, lease, consumer
+                    queue,
+                    group,
+                    state,
+                    writer,
+                    name,
+                    entry,
+                    expires_at,
+                    now,
+                    lease,
+                    consumer,
+                    limit,
                 )
                 if delivery is not None:
                     deliveries.append(delivery)
@@ -302,6 +319,12 @@ class ConsumerGroups:
             writer.line("L", name, token, _ms(entry.lease_until))
             writer.flush(sync=True)
             return entry.lease_until
+
+    def deliveries_limit(self, queue: str) -> int:
+        """Deliveries of a message of ``queue`` before it goes to the dead letters."""
+        if self.max_deliveries_for is None:
+            return self.max_deliveries
+        return self.max_deliveries_for(clean_queue(queue), self.max_deliveries)
 
     def stats(self, queue: str, group: str, *, lock: bool = True) -> GroupStats:
         """The group's figures. ``lock=False`` is for observers (statissa): the log is
@@ -543,6 +566,7 @@ class ConsumerGroups:
         now: float,
         lease: float,
         consumer: str,
+        limit: int,
     ) -> Delivery | None:
         if entry is None:
             if name <= state.frontier:
@@ -552,7 +576,7 @@ class ConsumerGroups:
         if expires_at is not None and expires_at <= now:
             self._bury(queue, group, state, writer, name, "ttl")
             return None
-        if entry.deliveries >= self.max_deliveries:
+        if entry.deliveries >= limit:
             self._bury(queue, group, state, writer, name, "max_deliveries")
             return None
         try:

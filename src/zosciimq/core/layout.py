@@ -33,6 +33,7 @@ JOURNAL_SUFFIX = ".journal"  # .zoscii/index/<queue>.journal
 TTL_SUFFIX = ".ttl"  # .zoscii/index/<queue>.ttl: expiry of messages published with a TTL
 USAGE_SUFFIX = ".usage"
 GROUP_SUFFIX = ".log"  # .zoscii/groups/<queue>/<group>.log: a consumer group's state
+STATISSA_DIR = "statissa"  # .zoscii/statissa/: statissa's history of figures
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,18 @@ class DataDir:
 
     def nonce_lock_path(self, shard: int) -> Path:
         return self.locks / f"nonce-{shard:02d}.lock"
+
+    def state_path(self, file_name: str) -> Path:
+        """A replicator's pointer file in ``states/`` (``core.states`` names them). Only a
+        plain file name: a configured one must not lead out of the directory."""
+        if not file_name or os.path.basename(file_name) != file_name or file_name in (".", ".."):
+            raise ValueError(f"not a file name for states/: {file_name!r}")
+        return self.states / file_name
+
+    @property
+    def statissa_history(self) -> Path:
+        """statissa's daily history files (figures over time, for its charts)."""
+        return self.internal / STATISSA_DIR
 
     def job_lock_path(self, job: str) -> Path:
         """Held by whichever process runs a replication job (one copy at a time)."""

@@ -1,4 +1,5 @@
-"""Per-queue policy: default retention and size limits, from one operator file.
+"""Per-queue policy: default retention, size limits and dead-letter threshold, from one
+operator file.
 
 The file is TOML (``ZOSCII_POLICY_FILE``; documented in README.md, "Queue policy", and
 PROTOCOL.md)::
@@ -14,6 +15,7 @@ PROTOCOL.md)::
     [queues."telemetry_*"]         # ...or an fnmatch pattern (* ? [seq])
     max_bytes = 1_073_741_824
     when_full = "drop_oldest"      # delete the oldest messages to make room
+    dead_letter_max_deliveries = 2 # consumer groups: dead letters after 2 deliveries
 
 Matching: an entry whose name is the queue's exact name wins; otherwise the first
 pattern entry that matches, in file order; otherwise ``[default]``. Only one entry
@@ -29,6 +31,10 @@ changes the header, and the next limited publish recounts by a stat of every ind
 file, once. So a limited publish costs O(1) plus the messages it drops; the counts are
 exact for what went through the core. A publish whose nonce turns out to be used counts
 toward the check although nothing is written.
+
+``dead_letter_max_deliveries`` is read by consumer groups (``ConsumerGroups``, given
+``PolicySource.max_deliveries_for``) when they lease: a message delivered that many times
+goes to the dead letters instead; without it, the server's ``ZOSCII_MAX_DELIVERIES``.
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ REFUSE = "refuse"
 DROP_OLDEST = "drop_oldest"
 WHEN_FULL = (REFUSE, DROP_OLDEST)
 REBUILD_AFTER = 1024  # dropped records the index keeps before it is rebuilt
-_KEYS = ("retention_days", "max_messages", "max_bytes", "when_full")
+_KEYS = ("retention_days", "max_messages", "max_bytes", "when_full", "dead_letter_max_deliveries")
+MAX_DELIVERIES = 1000  # as ZOSCII_MAX_DELIVERIES
 _PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-*?[]!")
 
 
@@ -71,6 +78,7 @@ class QueueRule:
     max_messages: int | None = None
     max_bytes: int | None = None
     when_full: str = REFUSE
+    dead_letter_max_deliveries: int | None = None
 
     @property
     def limited(self) -> bool:
@@ -142,6 +150,7 @@ def _rule(entry: dict[str, Any], pattern: str, base: QueueRule, where: str) -> Q
         ("retention_days", 0, 9999),
         ("max_messages", 1, None),
         ("max_bytes", 1, None),
+        ("dead_letter_max_deliveries", 1, MAX_DELIVERIES),
     ):
         if key in entry:
             value = entry[key]
@@ -206,6 +215,12 @@ class PolicySource:
         """Retention of a publish to ``queue`` without ``r``."""
         days = self.rule_for(queue).retention_days
         return fallback if days is None else days
+
+    def max_deliveries_for(self, queue: str, fallback: int) -> int:
+        """Deliveries of a message in a consumer group of ``queue`` before it goes to the
+        dead letters (``fallback``: the server's ZOSCII_MAX_DELIVERIES)."""
+        deliveries = self.rule_for(queue).dead_letter_max_deliveries
+        return fallback if deliveries is None else deliveries
 
     def limits_for(self, queue: str) -> QueueRule | None:
         """The rule of ``queue`` when it limits the queue (QueueStore's ``limits``)."""

@@ -97,7 +97,13 @@ class QueueFiles:
         self._dir_fd: int | None = None
         self._dir_ino = 0
         self._journal_fd: int | None = None
+        self._journal_ino = 0
         self._ttl_fd: int | None = None
+        self._ttl_ino = 0
+        # (index inode, committed, dir mtime, dir inode) of the header this process's last
+        # commit left: while the index still says that, nobody else wrote records since,
+        # and the tail need not be read back to know it is sound (QueueStore._recover).
+        self.own_commit: tuple[int, int, int, int] | None = None
         self.ttl_path = str(data_dir.ttl_path(name))
         self.usage_path = str(data_dir.usage_path(name))  # policy counts (core.policy)
         self.expiries = ExpiryTable(self.ttl_path)
@@ -122,20 +128,22 @@ class QueueFiles:
         """The group's nonce journal (lock held), reopened when its file was removed or
         replaced (claireup removes the journal of a vanished queue; an operator may
         remove .zoscii): recovery reads the path, so the writes must go there."""
-        if self._journal_fd is not None and not _same_file(self.journal_path, self._journal_fd):
+        if self._journal_fd is not None and not _names(self.journal_path, self._journal_ino):
             self._close_fd("_journal_fd")
         if self._journal_fd is None:
             flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             self._journal_fd = os.open(self.journal_path, flags, 0o644)
+            self._journal_ino = os.fstat(self._journal_fd).st_ino
         return self._journal_fd
 
     def ttl_fd(self) -> int:
         """The queue's expiry times, appended to (lock held)."""
-        if self._ttl_fd is not None and not _same_file(self.ttl_path, self._ttl_fd):
+        if self._ttl_fd is not None and not _names(self.ttl_path, self._ttl_ino):
             self._close_fd("_ttl_fd")
         if self._ttl_fd is None:
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
             self._ttl_fd = os.open(self.ttl_path, flags, 0o644)
+            self._ttl_ino = os.fstat(self._ttl_fd).st_ino
         return self._ttl_fd
 
     def close(self) -> None:
@@ -198,10 +206,11 @@ class ExpiryTable:
             os.close(fd)
 
 
-def _same_file(path: str, fd: int) -> bool:
-    """Whether ``path`` still names the file open as ``fd`` (not removed or replaced)."""
+def _names(path: str, ino: int) -> bool:
+    """Whether ``path`` still names the file we opened as inode ``ino`` (not removed or
+    replaced): one lstat, as the descriptor's inode never changes."""
     try:
-        return os.lstat(path).st_ino == os.fstat(fd).st_ino
+        return os.lstat(path).st_ino == ino
     except FileNotFoundError:
         return False
 

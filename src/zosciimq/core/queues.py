@@ -49,7 +49,7 @@ from zosciimq.errors import QueueUnusable
 log = logging.getLogger("zosciimq.core.queues")
 
 Clock = Callable[[], datetime]
-Limits = Callable[[str], policy.QueueRule | None]  # a queue's limits (None: unlimited)
+Rules = Callable[[str], policy.QueueRule]  # a queue's policy rule (core.policy)
 _READ_MESSAGE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_GROUP_MESSAGES = 4096  # one commit's worth; more waits for the next
 
@@ -67,10 +67,14 @@ class PublishResult:
 @dataclass(frozen=True)
 class Outgoing:
     """One message to publish: its upload and its clean retention and nonce, and when
-    it expires for consumer groups (Unix seconds; None: never, see ``groups``)."""
+    it expires for consumer groups (Unix seconds; None: never, see ``groups``).
+
+    ``retention_days`` None: the queue policy's retention for the queue, else the
+    store's default, decided in the commit that names the message (one policy lookup
+    per commit, for the limits and the retention together)."""
 
     upload: Upload
-    retention_days: int
+    retention_days: int | None
     nonce: str | None = None
     expires_at: float | None = None
 
@@ -103,11 +107,17 @@ class _Submission:
 
 class QueueStore:
     def __init__(
-        self, data_dir: DataDir, clock: Clock = utc_now, limits: Limits | None = None
+        self,
+        data_dir: DataDir,
+        clock: Clock = utc_now,
+        rules: Rules | None = None,
+        default_retention_days: int = 0,
     ) -> None:
         self.data_dir = data_dir
         self.clock = clock
-        self.limits = limits  # the queue policy's max_messages / max_bytes (core.policy)
+        # The queue policy (core.policy): limits, and retention when a publish gives none.
+        self.rules = rules
+        self.default_retention_days = default_retention_days
         self.nonces = Nonces(data_dir)
         self._open = OpenQueues(data_dir)
 
@@ -117,11 +127,17 @@ class QueueStore:
 
     # --- publish -------------------------------------------------------------------
     def publish(
-        self, queue: str, upload: Upload, *, retention_days: int, nonce: str | None = None
+        self,
+        queue: str,
+        upload: Upload,
+        *,
+        retention_days: int | None,
+        nonce: str | None = None,
     ) -> PublishResult:
         """Make ``upload`` the next message of ``queue``; durable when this returns.
 
-        ``queue``, ``retention_days`` and ``nonce`` must already be clean (names.clean_*).
+        ``queue``, ``retention_days`` and ``nonce`` must already be clean (names.clean_*);
+        ``retention_days`` None: the queue's policy, else the store's default.
         With a nonce that was used before (by any queue or the store) nothing is written.
         """
         return self.publish_many(queue, [Outgoing(upload, retention_days, nonce)])[0]
@@ -169,20 +185,24 @@ class QueueStore:
         try:
             nonces = [m.nonce for s in group for m in s.messages]
             with self.nonces.lock(*nonces), files.lock:
-                index = self._locked_index(files, create_dir=True)
+                dir_stat = self._queue_dir(files)
+                index = self._locked_index(files)
                 try:
-                    header = self._recover(files, index)
-                    if header is not None:  # recovery replaced the file: borrow the new one
+                    rebuilt, header = self._recover(files, index, dir_stat)
+                    if rebuilt is not None:  # recovery replaced the file: borrow the new one
                         files.index.give_back(index)
                         index = files.index.borrow(create=True)
                         assert index is not None
-                    header = index.header()
+                        header = index.header()
                     assert header is not None
-                    rule = self.limits(files.name) if self.limits is not None else None
+                    rule = self.rules(files.name) if self.rules is not None else None
                     usage = self._make_room(files, index, header, group, rule)
-                    accepted = self._allocate([s for s in group if not s.done], header)
+                    retention = self.default_retention_days
+                    if rule is not None and rule.retention_days is not None:
+                        retention = rule.retention_days
+                    accepted = self._allocate([s for s in group if not s.done], header, retention)
                     if accepted:
-                        self._write(files, index, header, accepted)
+                        self._write(files, index, header, accepted, dir_stat.st_ino)
                     elif usage is not None and usage.dropped:
                         fsync_dir(files.dir)
                     if usage is not None:
@@ -242,9 +262,10 @@ class QueueStore:
         policy.write_usage(files.usage_path, usage)
 
     def _allocate(
-        self, group: list[_Submission], header: idx.IndexHeader
+        self, group: list[_Submission], header: idx.IndexHeader, retention: int
     ) -> list[tuple[Outgoing, str]]:
-        """Names for every message whose nonce is unused, above every name ever given.
+        """Names for every message whose nonce is unused, above every name ever given;
+        ``retention`` for a message that brings none.
 
         The clock is read once: the group shares a second and counts up within it, and
         a clock that stepped back continues from the last name instead.
@@ -267,7 +288,8 @@ class QueueStore:
                     continue
                 if counter > MAX_COUNTER:
                     break
-                name = f"{stamp}{counter:04d}-{message.retention_days:04d}-{uuid.uuid4()}.bin"
+                days = retention if message.retention_days is None else message.retention_days
+                name = f"{stamp}{counter:04d}-{days:04d}-{uuid.uuid4()}.bin"
                 counter += 1
                 if nonce is not None:
                     seen.add(nonce)
@@ -293,6 +315,7 @@ class QueueStore:
         index: idx.IndexFile,
         header: idx.IndexHeader,
         accepted: list[tuple[Outgoing, str]],
+        dir_ino: int,
     ) -> None:
         """The durable steps of one group (docs/durability.md), rolled back on error.
 
@@ -316,8 +339,7 @@ class QueueStore:
         index.write_header(header)
         renamed: list[str] = []
         marked: list[str] = []
-        dir_stat = os.lstat(files.dir)
-        dir_fd = files.dir_fd(dir_stat.st_ino)
+        dir_fd = files.dir_fd(dir_ino)
         try:
             for message, name in accepted:
                 os.rename(message.upload.temp_path, name, dst_dir_fd=dir_fd)
@@ -333,6 +355,7 @@ class QueueStore:
             header.pending = header.journal = 0
             header.dir_mtime_ns, header.dir_ino = dir_stat.st_mtime_ns, dir_stat.st_ino
             index.write_header(header)
+            files.own_commit = (index.ino, header.committed, header.dir_mtime_ns, header.dir_ino)
         except OSError:
             self._roll_back(files, index, header, renamed, marked)
             raise
@@ -358,18 +381,21 @@ class QueueStore:
         except OSError:
             pass  # the next lock holder finds pending set and rebuilds
 
-    def _locked_index(self, files: QueueFiles, *, create_dir: bool) -> idx.IndexFile:
+    def _queue_dir(self, files: QueueFiles) -> os.stat_result:
+        """The queue directory's stat (lock held), the directory created when missing."""
+        try:
+            return _queue_dir_stat(files)
+        except QueueNotFound:
+            if os.path.lexists(files.dir):
+                raise QueueUnusable(
+                    f"Queue '{files.name}' cannot be used: its path is not a directory "
+                    "of this server's data directory."
+                ) from None
+            ensure_dir(Path(files.dir))
+            return _queue_dir_stat(files)
+
+    def _locked_index(self, files: QueueFiles) -> idx.IndexFile:
         """The queue's current index file (lock held), created when missing."""
-        if create_dir:
-            try:
-                _queue_dir_stat(files)
-            except QueueNotFound:
-                if os.path.lexists(files.dir):
-                    raise QueueUnusable(
-                        f"Queue '{files.name}' cannot be used: its path is not a directory "
-                        "of this server's data directory."
-                    ) from None
-                ensure_dir(Path(files.dir))
         try:
             on_disk = os.lstat(files.index_path)
             if S_ISLNK(on_disk.st_mode):  # not ours: never followed, replaced by a rebuild
@@ -392,13 +418,16 @@ class QueueStore:
         assert index is not None
         return index
 
-    def _recover(self, files: QueueFiles, index: idx.IndexFile) -> idx.IndexHeader | None:
+    def _recover(
+        self, files: QueueFiles, index: idx.IndexFile, dir_stat: os.stat_result | None = None
+    ) -> tuple[idx.IndexHeader | None, idx.IndexHeader | None]:
         """Bring the index in line with the directory (queue lock held).
 
-        Returns the new header when the index was rebuilt (the caller must then reopen
-        it), None when it was already sound. ``pending`` seen under the lock: its
-        publisher died mid-group (see ``_finish_dead_group``), then the index is rebuilt
-        from the directory, the truth.
+        Returns (the new header, None) when the index was rebuilt (the caller must then
+        reopen it), (None, the header) when it was already sound. ``pending`` seen under
+        the lock: its publisher died mid-group (see ``_finish_dead_group``), then the
+        index is rebuilt from the directory, the truth. ``dir_stat``: the directory's,
+        when the caller just took it.
         """
         header = index.header()
         if header is None or header.stale:  # new, torn, or from an older version
@@ -406,12 +435,23 @@ class QueueStore:
         elif header.pending:
             self._finish_dead_group(files, index, header)
             rebuilt = idx.rebuild(files.index_path, files.dir, floor=header.last)
-        elif not header.matches(os.lstat(files.dir)) or not index.tail_is_sound(header.committed):
+        elif not header.matches(dir_stat or os.lstat(files.dir)) or not self._tail_is_sound(
+            files, index, header
+        ):
             rebuilt = idx.rebuild(files.index_path, files.dir, floor=header.last)
         else:
-            return None
+            return None, header
         files.index.drop()
-        return rebuilt
+        files.own_commit = None
+        return rebuilt, None
+
+    @staticmethod
+    def _tail_is_sound(files: QueueFiles, index: idx.IndexFile, header: idx.IndexHeader) -> bool:
+        """The last record the header counts is a name; known without reading it when
+        the header is still the one this process's own last commit wrote."""
+        if files.own_commit == (index.ino, header.committed, header.dir_mtime_ns, header.dir_ino):
+            return True
+        return index.tail_is_sound(header.committed)
 
     def _finish_dead_group(
         self, files: QueueFiles, index: idx.IndexFile, header: idx.IndexHeader
@@ -453,9 +493,9 @@ class QueueStore:
         """Rebuild a queue's index from its directory; claireup calls this after deleting,
         so consumers do not step over deleted names and do not pay for the rebuild."""
         with self._open.use(queue) as files, files.lock:
-            index = self._locked_index(files, create_dir=False)
+            index = self._locked_index(files)
             try:
-                rebuilt = self._recover(files, index)
+                rebuilt, _ = self._recover(files, index)
                 if rebuilt is None:  # it agreed with the directory: rebuild anyway
                     header = index.header()
                     floor = header.last if header is not None else ""
@@ -547,7 +587,7 @@ class QueueStore:
             break
         try:
             with files.lock:
-                locked = self._locked_index(files, create_dir=False)
+                locked = self._locked_index(files)
                 try:
                     self._recover(files, locked)
                 finally:

@@ -28,7 +28,7 @@ def state_path(data_dir: DataDir, source_queue: str, target_queue: str | None) -
     """
     sq = _UNSAFE.sub("_", source_queue)
     tq = _UNSAFE.sub("_", target_queue) if target_queue else STORE_TARGET
-    ours = data_dir.states / f"replikate_state_{sq}_{tq}.txt"
+    ours = data_dir.state_path(f"replikate_state_{sq}_{tq}.txt")
     if ours.exists():
         return ours
     try:

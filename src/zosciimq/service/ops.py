@@ -102,8 +102,13 @@ class OpsServer:
             host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler
         )
         self.port: int = self._server.server_port
+        # stop() waits for the loop to look at its flag: every 0.05 s, not socketserver's
+        # 0.5 s, so that a service stops (SIGTERM, a test's end) without that wait.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="ops-http", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="ops-http",
+            daemon=True,
         )
 
     def start(self) -> OpsServer:

@@ -1,0 +1,340 @@
+"""The console's admin actions on a queue: purge, delete, replay, each in two steps.
+
+1. The queue page's Actions box (``AdminPanel.actions_for``) shows the buttons only
+   when the api says this caller may use its admin actions on that queue (asked with
+   the caller's credentials, ``relay.ApiRelay.check``); otherwise it says why not.
+2. A button opens a confirmation page (GET ``/queues/<q>/admin/<action>``): what will
+   happen in words, the api's figures of the queue now, and a POST form holding a token
+   (``forms``). Purge and delete need the queue's name typed again: a click alone
+   never deletes. Replay changes nothing; its confirmation is the time it will use.
+3. The POST is checked (same origin, token, typed name), relayed to the api
+   (``relay``), and the api's answer shown: the result, or its error with its status.
+
+The api decides every time (the buttons are a convenience, not the check): a caller
+without the right who forges the steps gets the api's 403.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from markupsafe import Markup
+
+from zoscii_statissa.forms import FormTokens, credential, cross_site
+from zoscii_statissa.relay import ApiRelay, Caller, RelayError
+from zoscii_statissa.report import environment
+from zosciimq.core.admin import parse_utc
+from zosciimq.core.errors import InvalidInput
+from zosciimq.core.names import is_message_name
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("purge", "delete", "replay")
+PARAMETER = {"purge": "before", "delete": "", "replay": "since"}  # the one each takes
+RETYPED = frozenset({"purge", "delete"})  # destructive: the queue name is typed again
+OFF = (
+    "Admin actions are off in this console: set ZOSCII_STATISSA_API_URL to the api's URL "
+    "(statissa's README, \u201cAdmin actions\u201d)."
+)
+
+ADMIN_STYLE = """\
+  .action-bar form { display:flex; flex-wrap:wrap; gap:6px; align-items:center; }
+  .action-bar input, .confirm input { font:inherit; padding:4px 8px; border-radius:6px;
+           border:1px solid #cbd5e1; min-width:0; max-width:100%; }
+  .action-bar input { width:21em; }
+  button.danger { border-color:#fda29b; color:var(--bad); }
+  button.danger:hover { background:var(--badbg); }
+  .confirm { padding:0 16px 16px; }
+  .confirm form { display:flex; flex-direction:column; gap:8px; max-width:32em; }
+  .confirm .row { display:flex; flex-wrap:wrap; gap:8px; align-items:center; }
+  dl.result { display:grid; grid-template-columns:max-content 1fr; gap:4px 16px;
+              padding:12px 16px; margin:0; }
+  dl.result dt { color:var(--muted); }
+  dl.result dd { margin:0; font-family:ui-monospace,Menlo,Consolas,monospace;
+                 overflow-wrap:anywhere; }
+"""
+
+BAR_TEMPLATE = """\
+<form method="get" action="{{ base }}/admin/purge" class="admin">
+  <input name="before" aria-label="purge before"
+    title="Only the messages before this time (with its zone) or this message name; empty: all"
+    placeholder="before 2025-01-01T14:00:00Z (optional)">
+  <button type="submit" id="purge" class="danger">Purge&hellip;</button></form>
+<form method="get" action="{{ base }}/admin/delete" class="admin">
+  <button type="submit" id="delete" class="danger">Delete queue&hellip;</button></form>
+<form method="get" action="{{ base }}/admin/replay" class="admin">
+  <input name="since" aria-label="replay since" required
+    placeholder="since 2025-01-01T14:00:00Z">
+  <button type="submit" id="replay">Replay from&hellip;</button></form>
+"""
+
+PAGE_TEMPLATE = """\
+<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ title }} {{ queue }} &middot; ZOSCII MQ console</title>
+<style>{{ style }}{{ admin_style }}</style>
+</head>
+<body>
+<header>
+  <h1><a href="../../../">ZOSCII MQ console</a> / <a href="../../{{ queue|urlencode }}"
+    class="qname">{{ queue }}</a> / {{ action }}</h1>
+  <div class="meta">Admin actions are carried out by the api, with your credentials.</div>
+</header>
+<main>
+{% if error %}<div class="banner bad" role="alert" id="error"><strong>{{ error_title }}</strong>:
+  {{ error }}</div>{% endif %}
+{% if stage == "confirm" %}
+<section id="confirm-step">
+<h2>{{ title }} queue {{ queue }}?</h2>
+<div class="confirm">
+<p>{{ what }}</p>
+{% if figures %}<p class="muted" id="figures">The api counts {{ num(figures.messages) }}
+  message(s), {{ size(figures.bytes) }}, in the queue now{% if figures.oldest_at %}
+  (oldest {{ figures.oldest_at }}, newest {{ figures.newest_at }}){% endif %}.</p>{% endif %}
+<form method="post" action="{{ action }}">
+  <input type="hidden" name="token" value="{{ token }}">
+  {% if parameter %}<input type="hidden" name="{{ parameter }}" value="{{ value }}">{% endif %}
+  {% if retype %}<label for="confirm">Type the queue name <b>{{ queue }}</b> to confirm:</label>
+  <input id="confirm" name="confirm" autocomplete="off" spellcheck="false" required>{% endif %}
+  <div class="row"><button type="submit" id="confirm-button"{% if retype %}
+    class="danger"{% endif %}>{{ button }}</button>
+  <a href="../../{{ queue|urlencode }}">Cancel</a></div>
+</form>
+</div>
+</section>
+{% elif stage == "done" %}
+<section id="result">
+<h2>{{ done_title }}</h2>
+<dl class="result">{% for key, value in result %}<dt>{{ key }}</dt>
+  <dd id="result-{{ key|replace(' ', '-') }}">{{ value }}</dd>{% endfor %}</dl>
+{% if note %}<p class="pad muted">{{ note }}</p>{% endif %}
+</section>
+{% endif %}
+<footer><a href="../../{{ queue|urlencode }}">Back to {{ queue }}</a> &middot;
+  <a href="../../../">All queues</a> &middot; times are UTC</footer>
+</main>
+</body>
+</html>
+"""
+
+
+@dataclass(frozen=True)
+class Page:
+    html: str
+    status: int
+
+
+class AdminPanel:
+    """The queue page's buttons and the pages behind them."""
+
+    def __init__(self, relay: ApiRelay | None, tokens: FormTokens | None = None) -> None:
+        self.relay = relay
+        self.tokens = tokens or FormTokens()
+        env = environment(admin_style=Markup(ADMIN_STYLE))
+        self._bar = env.from_string(BAR_TEMPLATE)
+        self._page = env.from_string(PAGE_TEMPLATE)
+
+    # --- the queue page ------------------------------------------------------------------
+    def actions_for(self, environ: Mapping[str, Any], queue: str) -> tuple[list[Markup], str]:
+        """The buttons for this caller (none, and why, when the api would refuse them)."""
+        if self.relay is None:
+            return [], OFF
+        try:
+            self.relay.check(Caller.of(environ), queue)
+        except RelayError as exc:
+            if exc.status in (401, 403):
+                return [], (
+                    f"No admin actions offered: the api refuses them to you (it answered "
+                    f"{exc.status}: {exc})"
+                )
+            return [], f"No admin actions offered: the api answered {exc.status}: {exc}"
+        return [Markup(self._bar.render(base=queue))], ""
+
+    # --- step 2: the confirmation page ---------------------------------------------------
+    def confirm(self, environ: Mapping[str, Any], queue: str, action: str, value: str) -> Page:
+        if self.relay is None:
+            return self._error(queue, action, 503, "Not available", OFF)
+        value = value.strip()
+        try:
+            what = describe(action, value)
+        except InvalidInput as exc:
+            return self._error(queue, action, 400, "Cannot do that", str(exc))
+        caller = Caller.of(environ)
+        try:
+            figures = self.relay.queue(caller, queue)
+        except RelayError as exc:
+            return self._refused(queue, action, exc)
+        return self._confirm_page(queue, action, value, what, caller, figures=figures)
+
+    def _confirm_page(
+        self,
+        queue: str,
+        action: str,
+        value: str,
+        what: str,
+        caller: Caller,
+        *,
+        figures: dict[str, Any] | None = None,
+        error: str = "",
+        status: int = 200,
+    ) -> Page:
+        token = self.tokens.issue(action, queue, value, credential(caller.authorization))
+        html = self._page.render(
+            stage="confirm",
+            queue=queue,
+            action=action,
+            title=action.capitalize(),
+            what=what,
+            figures=figures,
+            token=token,
+            parameter=PARAMETER[action],
+            value=value,
+            retype=action in RETYPED,
+            button={"purge": "Purge", "delete": "Delete the queue", "replay": "Get the pointer"}[
+                action
+            ],
+            error=error,
+            error_title="Not done",
+        )
+        return Page(html, status)
+
+    # --- step 3: the POST ------------------------------------------------------------------
+    def submit(
+        self, environ: Mapping[str, Any], queue: str, action: str, form: Mapping[str, str]
+    ) -> Page:
+        if self.relay is None:
+            return self._error(queue, action, 503, "Not available", OFF)
+        reason = cross_site(environ)
+        if reason is not None:
+            log.warning("console: %s of %s refused: %s", action, queue, reason)
+            return self._error(queue, action, 403, "Refused", reason + ".")
+        caller = Caller.of(environ)
+        value = form.get(PARAMETER[action], "") if PARAMETER[action] else ""
+        token = form.get("token", "")
+        if not self.tokens.valid(token, action, queue, value, credential(caller.authorization)):
+            return self._error(
+                queue,
+                action,
+                403,
+                "Refused",
+                "this form is stale or was not made by this console: open it again from "
+                "the queue page.",
+            )
+        if action in RETYPED and form.get("confirm", "").strip() != queue:
+            what = describe(action, value)
+            return self._confirm_page(
+                queue,
+                action,
+                value,
+                what,
+                caller,
+                error=f"type the queue name \u201c{queue}\u201d exactly to confirm.",
+                status=400,
+            )
+        try:
+            if action == "purge":
+                result = self.relay.purge(caller, queue, value or None)
+            elif action == "delete":
+                result = self.relay.delete(caller, queue)
+            else:
+                result = self.relay.replay(caller, queue, value)
+        except RelayError as exc:
+            log.warning("console: %s of %s: the api answered %s %s", action, queue, exc.status, exc)
+            return self._refused(queue, action, exc)
+        log.info("console: %s of %s for %s: %s", action, queue, caller.address, result)
+        return self._done(queue, action, result)
+
+    def _done(self, queue: str, action: str, result: dict[str, Any]) -> Page:
+        if action == "purge":
+            title = f"Purged {result.get('purged', 0)} message(s) from {queue}"
+            rows = [
+                ("purged", result.get("purged")),
+                ("bytes", result.get("bytes")),
+                ("before", result.get("before") or "(all)"),
+            ]
+            note = "The figures and charts catch up at the next computation."
+        elif action == "delete":
+            title = f"Deleted queue {queue}"
+            rows = [
+                ("messages", result.get("messages")),
+                ("bytes", result.get("bytes")),
+                ("groups", ", ".join(result.get("groups") or []) or "(none)"),
+            ]
+            note = "A later publish to this name makes a new queue: reset its readers' pointers."
+        else:
+            title = f"Replay {queue} from {result.get('since')}"
+            rows = [
+                ("pointer", result.get("pointer") or '"" (start from the beginning)'),
+                ("first", result.get("first") or "(none yet)"),
+                ("waiting", result.get("waiting")),
+                ("since", result.get("since")),
+            ]
+            note = (
+                "Nothing was changed. Save the pointer as the consumer's pointer (fetch "
+                "after=<pointer>) to receive again every message published since then."
+            )
+        html = self._page.render(
+            stage="done",
+            queue=queue,
+            action=action,
+            title=action.capitalize(),
+            done_title=title,
+            result=rows,
+            note=note,
+            error="",
+            error_title="",
+        )
+        return Page(html, 200)
+
+    def _refused(self, queue: str, action: str, exc: RelayError) -> Page:
+        # 401 without a challenge would confuse a browser: it is a refusal here
+        status = 403 if exc.status == 401 else exc.status
+        return self._error(queue, action, status, f"The api answered {exc.status}", str(exc))
+
+    def _error(self, queue: str, action: str, status: int, title: str, message: str) -> Page:
+        html = self._page.render(
+            stage="error",
+            queue=queue,
+            action=action,
+            title=action.capitalize(),
+            error=message,
+            error_title=title,
+        )
+        return Page(html, status)
+
+
+def describe(action: str, value: str) -> str:
+    """What ``action`` with its parameter will do, in words; InvalidInput for a value the
+    api would refuse (checked by the core's own parsers, so both read it the same way)."""
+    if action == "delete":
+        return (
+            "This removes the queue whole: every message, its index and its consumer "
+            "groups' state. It cannot be undone."
+        )
+    if action == "purge":
+        if not value:
+            return (
+                "This deletes every message in the queue when the purge starts (messages "
+                "published meanwhile stay; the queue and its pointers stay). It cannot be "
+                "undone."
+            )
+        if is_message_name(value):
+            return f"This deletes the messages that sort before {value}. It cannot be undone."
+        moment = parse_utc(value)
+        return (
+            f"This deletes the messages published before {moment:%Y-%m-%d %H:%M:%S} UTC "
+            "(whole seconds). It cannot be undone."
+        )
+    if not value:
+        raise InvalidInput("Give the time to replay from (ISO-8601 with a zone).")
+    moment = parse_utc(value)
+    return (
+        f"This asks the api for the pointer after which a fetch returns the messages "
+        f"published at or after {moment:%Y-%m-%d %H:%M:%S} UTC. Nothing is changed."
+    )
