@@ -6,7 +6,8 @@ files with names in the real format, spread over 100 queues) for each file count
 every round runs each mode once, the order rotating from round to round:
 
 - ``local``: ``python -m zoscii_statissa --once`` with ``local[*]``, Spark's start
-  included;
+  included, with a class-data archive made for this host first as the image build makes
+  its own (``zoscii_statissa.class_archive``; made once, not timed in the rounds);
 - ``cluster``: the same in a zoscii/statissa container against a master and two workers
   from the same image, the tree bind-mounted read-only at /data (Docker and the image
   needed; else skipped); the time is the driver container's whole run;
@@ -47,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.statissa_bench import build
+from zoscii_statissa.class_archive import make_archive
+from zoscii_statissa.settings import Settings
 
 DEFAULT_FILES = (100_000, 1_000_000)
 IMAGE = os.environ.get("ZOSCII_BENCH_STATISSA_IMAGE", "zoscii/statissa:dev")
@@ -150,8 +153,13 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[Run, s
 
 
 # --- the modes ---------------------------------------------------------------------------
-def run_local(data: Path, work: Path) -> Run:
-    env = {**os.environ, "ZOSCII_SPARK_MASTER": "local[*]", "ZOSCII_SPARK_LOCAL_DIR": str(work)}
+def run_local(data: Path, work: Path, archive: Path) -> Run:
+    env = {
+        **os.environ,
+        "ZOSCII_SPARK_MASTER": "local[*]",
+        "ZOSCII_SPARK_LOCAL_DIR": str(work),
+        "ZOSCII_SPARK_CLASS_ARCHIVE": str(archive),
+    }
     env.pop("ZOSCII_SPARK_CONF", None)
     command = [sys.executable, "-m", "zoscii_statissa", "--once", "--data-dir", str(data)]
     run, output = timed(command, env)
@@ -328,9 +336,13 @@ def measure(
     if generated is not None:
         result["generate_seconds"] = round(generated, 1)
     clustered: Cluster | None = None
+    archive = parent / f"spark-classes-{os.getpid()}.jsa"
+    started = time.monotonic()
+    make_archive(archive, Settings(spark_local_dir=work))
+    result["class_archive_seconds"] = round(time.monotonic() - started, 1)
     try:
         modes: dict[str, Callable[[], Run]] = {
-            "local": lambda: run_local(data, work),
+            "local": lambda: run_local(data, work, archive),
             "scandir": lambda: run_scandir(data),
             "find": lambda: run_find(data),
         }
@@ -370,6 +382,7 @@ def measure(
         if clustered:
             clustered.stop()
         shutil.rmtree(work, ignore_errors=True)
+        archive.unlink(missing_ok=True)
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
     return result

@@ -39,6 +39,16 @@ any_now = st.datetimes(
     now=datetime.max.replace(tzinfo=UTC),
 )
 @example(published=datetime(1, 1, 1, tzinfo=UTC), retention=9999, now=datetime(1, 1, 2, tzinfo=UTC))
+@example(  # before year 1 in UTC: found by this test in CI (astimezone overflowed)
+    published=datetime(1, 1, 1, tzinfo=UTC),
+    retention=0,
+    now=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=13))),
+)
+@example(  # past year 9999 in UTC
+    published=datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC),
+    retention=0,
+    now=datetime(9999, 12, 31, 23, 0, tzinfo=timezone(-timedelta(hours=10))),
+)
 def test_rule_matches_expires_at_for_any_name_and_time(published, retention, now):
     name = name_at(published, retention)
     assert ExpiryRule(now).expired(name) == expired_by_definition(name, now)

@@ -201,6 +201,18 @@ def master_state(stack: Stack) -> dict[str, Any]:
     return json.loads(exec_ok(stack, ["python", "-c", GET, "http://spark-master:8080/json/"]))
 
 
+def wait_for_workers(stack: Stack, timeout: float = 120) -> dict[str, Any]:
+    """The master's state once every worker registered (a healthy worker container may
+    still be on its way to the master); the last state seen when the time is up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        master = master_state(stack)
+        alive = {w["host"] for w in master["workers"] if w["state"] == "ALIVE"}
+        if alive >= set(WORKERS) or time.monotonic() > deadline:
+            return master
+        time.sleep(1)
+
+
 def wait_for_executors(stack: Stack, count: int, timeout: float = 180) -> None:
     """Until the application (started by statissa's first run) has ``count`` executors
     registered with the driver, so that the job can spread over all of them."""
@@ -223,7 +235,7 @@ def test_the_cluster_computes_what_local_mode_computes(
     cluster: tuple[Stack, dict[str, DockerContainer]],
 ) -> None:
     stack, _ = cluster
-    master = master_state(stack)
+    master = wait_for_workers(stack)
     assert master["status"] == "ALIVE", master
     alive = [w for w in master["workers"] if w["state"] == "ALIVE"]
     assert sorted(w["host"] for w in alive) == sorted(WORKERS), master["workers"]

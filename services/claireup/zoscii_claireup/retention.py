@@ -30,11 +30,20 @@ class ExpiryRule:
     def __init__(self, now: datetime) -> None:
         if now.tzinfo is None:
             raise ValueError("naive datetime: retention is decided in UTC only")
-        self.now = now.astimezone(UTC)
         self._cutoffs: dict[int, str] = {}
+        self._nothing_expires = False
+        try:
+            self.now = now.astimezone(UTC)
+        except OverflowError:  # within hours of year 1 or past year 9999 in UTC
+            # Before 0001-01-01 UTC no name has expired; after 9999-12-31 every name whose
+            # expiry is a date has, as at the last instant a datetime holds.
+            self._nothing_expires = now.utcoffset() is not None and now.utcoffset() > timedelta(0)
+            self.now = datetime.max.replace(tzinfo=UTC)
 
     def cutoff(self, retention_days: int) -> str:
         """The highest stamp that is expired for this retention ("" when none can be)."""
+        if self._nothing_expires:
+            return ""
         cutoff = self._cutoffs.get(retention_days)
         if cutoff is None:
             try:

@@ -19,16 +19,14 @@ package on their path.
 
 from __future__ import annotations
 
-import calendar
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from zosciimq.core.errors import InvalidInput
 from zosciimq.core.layout import DataDir
-from zosciimq.core.names import MessageName, parse_name
+from zosciimq.core.names import MessageName, parse_name, stamp_datetime
 from zosciimq.core.store import fanout_roots
 from zosciimq.core.walk import MESSAGE_SUFFIX, STORE_DEPTH
 
@@ -246,24 +244,14 @@ def _fold_directory(directory: str, now: float, partial: Partial, stamps: dict[s
 
 
 def _remember(stamps: dict[str, int], stamp: str) -> int:
-    """The Unix time of ``YYYYMMDDHHNNSS`` (UTC), or ``_INVALID``: valid exactly when
-    ``datetime`` accepts it, as in ``names.parse_name``."""
+    """The Unix time of ``YYYYMMDDHHNNSS`` (UTC), or ``_INVALID``: the core's
+    ``stamp_datetime`` decides, once per distinct stamp."""
     if len(stamps) >= _STAMP_CACHE_LIMIT:
         stamps.clear()
-    fields = (
-        int(stamp[0:4]),
-        int(stamp[4:6]),
-        int(stamp[6:8]),
-        int(stamp[8:10]),
-        int(stamp[10:12]),
-        int(stamp[12:14]),
-    )
     try:
-        datetime(*fields)
+        published = int(stamp_datetime(stamp).timestamp())
     except ValueError:
         published = _INVALID
-    else:
-        published = calendar.timegm(fields)
     stamps[stamp] = published
     return published
 

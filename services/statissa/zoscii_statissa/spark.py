@@ -21,6 +21,7 @@ import sys
 import zipfile
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
@@ -73,7 +74,10 @@ def spark_conf(settings: Settings, *, shuffle_partitions: int = 8) -> SparkConf:
         (work / sub).mkdir(parents=True, exist_ok=True)
     log4j = work / "log4j2.properties"
     log4j.write_text(_LOG4J2)
-    driver_options = f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={work} {QUICK_JVM}"
+    driver_options = (
+        f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={work} {QUICK_JVM}"
+        + class_archive_options(settings.spark_class_archive)
+    )
     conf = (
         SparkConf()
         .setMaster(settings.spark_master)
@@ -94,6 +98,14 @@ def spark_conf(settings: Settings, *, shuffle_partitions: int = 8) -> SparkConf:
     for key, value in extra_conf(settings).items():
         conf = conf.set(key, value)
     return conf
+
+
+def class_archive_options(archive: Path) -> str:
+    """The driver JVM's flags to load ``archive`` when it exists. A JVM that cannot use
+    it (another Java, another class path) starts without it, silently."""
+    if not archive.is_file():
+        return ""
+    return f" -XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def build_context(settings: Settings) -> SparkContext:
@@ -211,6 +223,10 @@ class SparkScanner:
                 _forget(self._context)
                 self._context = None
             raise
+
+    def jvm_process(self) -> Any:
+        """The driver JVM's process (a Popen), while Spark runs here; else None."""
+        return None if self._context is None else getattr(self._context._gateway, "proc", None)
 
     def cancel(self) -> None:
         """Cancel a computation in progress, so a SIGTERM does not wait for it to end."""
