@@ -11,12 +11,13 @@ It also keeps a busy keep-alive connection on its thread. gthread hands every fi
 keep-alive connection back to its main thread, which registers it with the poller,
 wakes when the next request comes, and submits it to the pool again: two thread
 handoffs and a pipe write per request. Each handoff (a sleeping thread woken, its
-caches cold) costs tens of microseconds of CPU: together about a quarter of what the api
-spends on a publish (docs/benchmarks.md, "Where a publish's CPU goes"). So a thread that just answered a
-client which came back quickly last time waits up to ``ZOSCII_KEEPALIVE_LINGER_MS`` on
-the socket itself and serves the next request directly, while enough threads stay free
-for everyone else; a client that does not come back within it goes to the poller as
-before, and is not waited for again until it is quick again.
+caches cold) costs tens of microseconds of CPU: together about a quarter of what the
+api spends on a publish (docs/benchmarks.md, "Where a publish's CPU goes"). So a
+thread that just answered a client which came back quickly last time waits up to
+``ZOSCII_KEEPALIVE_LINGER_MS`` on the socket itself and serves the next request
+directly, while enough threads stay free for everyone else; a client that does not
+come back within it goes to the poller as before, and is not waited for again until it
+is quick again.
 
 HTTP/1 only (gunicorn's default ``http_protocols``): an HTTP/2 connection is served by
 one long call and would be cut at the head deadline.
