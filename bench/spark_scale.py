@@ -48,8 +48,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.statissa_bench import build
-from zoscii_statissa.class_archive import make_archive
-from zoscii_statissa.settings import Settings
 
 DEFAULT_FILES = (100_000, 1_000_000)
 IMAGE = os.environ.get("ZOSCII_BENCH_STATISSA_IMAGE", "zoscii/statissa:dev")
@@ -338,7 +336,11 @@ def measure(
     clustered: Cluster | None = None
     archive = parent / f"spark-classes-{os.getpid()}.jsa"
     started = time.monotonic()
-    make_archive(archive, Settings(spark_local_dir=work))
+    subprocess.run(  # a process of its own, as the image build: it ends its JVM
+        [sys.executable, "-m", "zoscii_statissa.class_archive", str(archive)],
+        env={**os.environ, "ZOSCII_SPARK_LOCAL_DIR": str(work)},
+        check=True,
+    )
     result["class_archive_seconds"] = round(time.monotonic() - started, 1)
     try:
         modes: dict[str, Callable[[], Run]] = {

@@ -18,6 +18,14 @@ from zoscii_statissa.settings import Settings
 from zosciimq.core import DataDir
 
 
+def test_making_an_archive_refuses_a_process_with_spark_running(
+    spark: object, tmp_path: Path
+) -> None:
+    with pytest.raises(RuntimeError, match="without a running Spark"):
+        make_archive(tmp_path / "classes.jsa", Settings(spark_local_dir=tmp_path))
+    assert not (tmp_path / "classes.jsa").exists()
+
+
 def test_the_driver_loads_an_archive_only_when_it_exists(tmp_path: Path) -> None:
     missing = Settings(spark_local_dir=tmp_path, spark_class_archive=tmp_path / "none.jsa")
     options = dict(sparkside.spark_conf(missing).getAll())["spark.driver.extraJavaOptions"]
@@ -33,7 +41,16 @@ def test_the_driver_loads_an_archive_only_when_it_exists(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_an_archive_made_here_gives_the_same_figures(tmp_path: Path) -> None:
     archive = tmp_path / "classes.jsa"
-    assert make_archive(archive, Settings(spark_local_dir=tmp_path / "make")) > 1_000_000
+    made = subprocess.run(  # its own process: making one ends the JVM (and this has one)
+        [sys.executable, "-m", "zoscii_statissa.class_archive", str(archive)],
+        env={**os.environ, "ZOSCII_SPARK_LOCAL_DIR": str(tmp_path / "make")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert archive.stat().st_size > 1_000_000
     data = DataDir(tmp_path / "data")
     build_data_dir(data.root)
     figures = []

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pyspark import SparkContext
+
 from zoscii_statissa.compute import compute_snapshot
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.spark import SparkScanner, spark_conf
@@ -33,7 +35,9 @@ JVM_EXIT_SECONDS = 120
 
 def make_archive(archive: Path, settings: Settings) -> int:
     """Run one computation with a driver that dumps its classes to ``archive`` at exit;
-    the archive's size in bytes."""
+    the archive's size in bytes. Needs a process of its own: it ends its JVM."""
+    if SparkContext._active_spark_context is not None:
+        raise RuntimeError("a class archive needs a process without a running Spark")
     archive.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="zoscii-class-archive-") as tmp:
         data_dir = DataDir(Path(tmp) / "data")
