@@ -155,6 +155,119 @@ def test_concurrent_publishers_share_commits_and_keep_ack_order(data_dir, queues
             assert highest[done_before - 1] < name, "a later publish got a lower name"
 
 
+class _HeldFlush:
+    """Holds the upload flush of the publisher whose body is ``held`` until released
+    (or makes it fail), and counts directory fsyncs: one per group commit."""
+
+    def __init__(self, monkeypatch, held: bytes) -> None:
+        self.held = held
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail = False
+        self.dir_syncs = 0
+        real_sync, real_fsync = queues_module.sync_uploads, os.fsync
+
+        def sync_uploads(uploads) -> None:
+            if any(_body(u) == held for u in uploads):
+                self.entered.set()
+                assert self.release.wait(30)
+                if self.fail:
+                    raise OSError(errno.EIO, "injected upload flush failure")
+            real_sync(uploads)
+
+        def fsync(fd: int) -> None:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                self.dir_syncs += 1
+            real_fsync(fd)
+
+        monkeypatch.setattr(queues_module, "sync_uploads", sync_uploads)
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+def _body(upload) -> bytes:
+    with open(upload.temp_path, "rb") as file:
+        return file.read()
+
+
+def _lingering(queues: QueueStore, queue: str) -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with queues._open.use(queue) as files:
+            if files.lingerer is not None:
+                return True
+        time.sleep(0.005)
+    return False
+
+
+def _publish_in_thread(queues, data_dir, body: bytes, results: dict) -> threading.Thread:
+    def run() -> None:
+        began = time.monotonic()
+        try:
+            results[body] = publish_many(queues, data_dir, "q", [body])[0].name
+        except OSError as exc:
+            results[body] = exc
+        results[body + b" seconds"] = time.monotonic() - began
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_leader_waits_for_a_publisher_still_flushing_its_upload(data_dir, monkeypatch):
+    """B is still flushing when A could commit alone: A waits for B (not for the whole
+    linger), and one commit, one directory fsync, covers both, in arrival order."""
+    queues = QueueStore(data_dir, group_linger=20.0)
+    publish_many(queues, data_dir, "q", [b"first"])  # the queue's directory exists
+    held = _HeldFlush(monkeypatch, held=b"B")
+    results: dict = {}
+    slow = _publish_in_thread(queues, data_dir, b"B", results)
+    assert held.entered.wait(10)
+    fast = _publish_in_thread(queues, data_dir, b"A", results)
+    assert _lingering(queues, "q"), "A committed without waiting for B"
+    held.dir_syncs = 0
+    held.release.set()
+    fast.join(30)
+    slow.join(30)
+    assert held.dir_syncs == 1, "A and B were not committed together"
+    assert results[b"A"] < results[b"B"], "names out of arrival order"
+    assert results[b"A seconds"] < 10, "A waited out the linger instead of B's arrival"
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"first", b"A", b"B"]
+
+
+def test_a_leader_waits_no_longer_than_the_linger(data_dir, monkeypatch):
+    queues = QueueStore(data_dir, group_linger=0.05)
+    held = _HeldFlush(monkeypatch, held=b"B")
+    results: dict = {}
+    slow = _publish_in_thread(queues, data_dir, b"B", results)
+    assert held.entered.wait(10)
+    fast = _publish_in_thread(queues, data_dir, b"A", results)
+    fast.join(30)
+    assert not fast.is_alive() and isinstance(results[b"A"], str)
+    assert _visible_now(data_dir, "q", results[b"A"]), "A answered before it was visible"
+    held.release.set()
+    slow.join(30)
+    assert results[b"A"] < results[b"B"]
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"A", b"B"]
+
+
+def test_a_publisher_whose_flush_fails_releases_the_lingering_leader(data_dir, monkeypatch):
+    queues = QueueStore(data_dir, group_linger=20.0)
+    held = _HeldFlush(monkeypatch, held=b"B")
+    results: dict = {}
+    slow = _publish_in_thread(queues, data_dir, b"B", results)
+    assert held.entered.wait(10)
+    fast = _publish_in_thread(queues, data_dir, b"A", results)
+    assert _lingering(queues, "q")
+    held.fail = True
+    held.release.set()
+    fast.join(30)
+    slow.join(30)
+    assert isinstance(results[b"B"], OSError)
+    assert results[b"A seconds"] < 10, "A waited out the linger for a publisher that failed"
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"A"]
+    assert not os.listdir(data_dir.temp), "the failed upload was left behind"
+
+
 def _visible_now(data_dir: DataDir, queue: str, name: str) -> bool:
     """Whether a consumer arriving now finds ``name`` (its pointer just below it)."""
     just_below = name[:-5]  # a prefix of the name sorts right before it

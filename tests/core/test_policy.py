@@ -2,6 +2,7 @@
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -238,7 +239,9 @@ def test_a_refused_publish_writes_nothing_of_itself_even_in_a_shared_commit(
     assert list(data_dir.temp.iterdir()) == []
 
     fits, over = (
-        _Submission([Outgoing(u, 1, n) for u, n in zip(uploads, nonces, strict=True)])
+        _Submission(
+            [Outgoing(u, 1, n) for u, n in zip(uploads, nonces, strict=True)], threading.Lock()
+        )
         for uploads, nonces in (
             (uploads_of(data_dir, [b"fits"]), ["f1"]),
             (uploads_of(data_dir, [b"x", b"y"]), ["o1", "o2"]),

@@ -109,8 +109,10 @@ class QueueFiles:
         self.expiries = ExpiryTable(self.ttl_path)
         self.listed: idx.ListedIndex | None = None  # read-only volumes, see QueueStore
         # Group commit (see QueueStore._submit): who waits, and whether one commits now.
-        self.turn = threading.Condition()
+        self.turn = threading.Lock()
         self.waiting: list[Any] = []
+        self.arriving = 0  # publishers flushing their uploads, about to join
+        self.lingerer: Any = None  # the submission of a leader waiting for them
         self.committing = False
         self.users = 0
         self.last_used = time.monotonic()
