@@ -95,11 +95,14 @@ def env_field(
     minimum: float | None = None,
     maximum: float | None = None,
     parse: Callable[[str], Any] | None = None,
+    secret: bool = False,
 ) -> Any:
-    """A dataclass field read from ``name`` by ``read_env``; its default lives only here."""
+    """A dataclass field read from ``name`` by ``read_env``; its default lives only here.
+    A ``secret`` (a token) is left out of the settings' repr, so no log line shows it."""
     return dataclasses.field(
         default=default,
         default_factory=default_factory,
+        repr=not secret,
         metadata={"env": EnvVar(name, minimum, maximum, parse)},
     )
 

@@ -51,7 +51,7 @@ CLIENTS = "\n".join(
     f'[[clients]]\nname = "{name}"\ntoken_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"'
     f"\nread = {read}\nactions = {actions}\n"
     for name, token, read, actions in (
-        ("ops", ADMIN, '["*"]', '["statistics", "admin"]'),
+        ("ops", ADMIN, '["*"]', '["statistics", "admin", "metrics"]'),
         ("viewer", VIEWER, "[]", '["statistics"]'),
     )
 )
@@ -125,7 +125,13 @@ def admin_stack(tmp_path: Path, published: tuple[Path, list[str]]) -> Iterator[t
     root, _ = published
     api = ApiServer(root, workers=1, threads=4, env={"ZOSCII_AUTH_CLIENTS": CLIENTS}).start()
     log = tmp_path / "statissa.log"
-    process, base = start(root, log, ZOSCII_AUTH_CLIENTS=CLIENTS, ZOSCII_STATISSA_API_URL=api.url)
+    process, base = start(
+        root,
+        log,
+        ZOSCII_AUTH_CLIENTS=CLIENTS,
+        ZOSCII_STATISSA_API_URL=api.url,  # fetch counts from its /metrics too
+        ZOSCII_STATISSA_API_METRICS_TOKEN=ADMIN,
+    )
     try:
         wait_until(
             lambda: requests.get(f"{base}/stats.json", headers=_bearer(ADMIN), timeout=5).ok,
@@ -170,14 +176,13 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-def _compute_again(base: str) -> list[dict[str, Any]]:
+def _compute_again(base: str, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """A second computation, far enough from the first to be kept; the history points."""
-    first = requests.get(f"{base}/stats.json", timeout=5).json()["generated_at"]
+    first = requests.get(f"{base}/stats.json", headers=headers, timeout=5).json()["generated_at"]
     time.sleep(max(0.0, first + MIN_SPACING + 0.5 - time.time()))
-    assert requests.post(f"{base}/refresh", timeout=60).status_code == 200
-    points: list[dict[str, Any]] = requests.get(f"{base}/history.json?range=1h", timeout=5).json()[
-        "points"
-    ]
+    assert requests.post(f"{base}/refresh", headers=headers, timeout=60).status_code == 200
+    reply = requests.get(f"{base}/history.json?range=1h", headers=headers, timeout=5)
+    points: list[dict[str, Any]] = reply.json()["points"]
     return points
 
 
@@ -273,6 +278,43 @@ def test_a_purge_through_the_ui_removes_the_messages(
     browser.find_element(By.LINK_TEXT, f"Back to {QUEUE}").click()
     wait_until(lambda: browser.current_url.endswith(f"/queues/{QUEUE}"), 10, "the queue page")
     assert "No messages." in browser.find_element(By.TAG_NAME, "main").text
+
+
+def test_the_fetch_rate_chart_shows_what_consumers_fetched(
+    admin_stack: tuple[str, str], browser: Any
+) -> None:
+    """Messages fetched through the api between two computations: the second point
+    carries the api's count, and the console charts the rate from it."""
+    from selenium.webdriver.common.by import By
+
+    base, api = admin_stack
+    with ZosciiClient(api, headers=_bearer(ADMIN)) as client:
+        pointer = ""
+        for _ in range(5):
+            message = client.fetch(QUEUE, pointer)
+            assert message is not None
+            pointer = message.name
+    points = _compute_again(base, _bearer(ADMIN))
+    assert len(points) == 2, points
+    assert [p["queues"][QUEUE][4] for p in points] == [0.0, 5.0]
+    minutes = (points[1]["at"] - points[0]["at"]) / 60
+
+    _as(browser, ADMIN)
+    browser.get(f"{base}/?range=1h")
+    series = browser.find_element(
+        By.CSS_SELECTOR, f'svg[data-metric="fetch"] g.series[data-queue="{QUEUE}"]'
+    )
+    assert series.get_attribute("data-points") == "1"
+    tooltip = series.find_element(By.CSS_SELECTOR, "circle title").get_attribute("textContent")
+    assert tooltip.endswith(f"{5 / minutes:.1f}/min"), tooltip
+    other = browser.find_element(
+        By.CSS_SELECTOR, f'svg[data-metric="fetch"] g.series[data-queue="{OTHER}"]'
+    )
+    assert (
+        other.find_element(By.CSS_SELECTOR, "circle title")
+        .get_attribute("textContent")
+        .endswith("0.0/min")
+    )
 
 
 def test_a_message_page_shows_the_published_bytes(

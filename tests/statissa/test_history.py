@@ -19,6 +19,7 @@ from zoscii_statissa.history import (
     QueuePoint,
     decode,
     encode,
+    fetch_rates,
     group_series,
     point_of,
     publish_rates,
@@ -230,3 +231,65 @@ def test_the_history_lives_where_the_core_says(tmp_path: Path) -> None:
     assert history.directory == tmp_path / "kept-elsewhere"
     assert history.append(point(T0, orders=(1, 1)))
     assert [p.name for p in (tmp_path / "kept-elsewhere").iterdir()] == [history.path_for(T0).name]
+
+
+def counted(at: float, **fetched: float | None) -> HistoryPoint:
+    """A point whose queues have the api's fetch counts ``fetched`` (None: not read)."""
+    return HistoryPoint(
+        at=at,
+        messages=0,
+        bytes=0,
+        queues={name: QueuePoint(0, 0, None, 0, count) for name, count in fetched.items()},
+    )
+
+
+def test_fetch_rate_is_the_counter_difference_per_minute() -> None:
+    points = [counted(T0, orders=100.0), counted(T0 + 60, orders=160.0)]
+    assert fetch_rates(points, "orders") == [(T0 + 60, 60.0)]
+    points.append(counted(T0 + 180, orders=220.0))
+    assert fetch_rates(points, "orders") == [(T0 + 60, 60.0), (T0 + 180, 30.0)]
+
+
+def test_fetch_rate_after_an_api_restart_counts_from_zero() -> None:
+    points = [counted(T0, orders=5000.0), counted(T0 + 60, orders=30.0)]
+    assert fetch_rates(points, "orders") == [(T0 + 60, 30.0)]
+
+
+def test_fetch_rate_of_a_new_queue_starts_at_zero_but_not_after_unknown_counts() -> None:
+    known = [counted(T0, orders=10.0), counted(T0 + 60, orders=10.0, invoices=12.0)]
+    assert fetch_rates(known, "invoices") == [(T0 + 60, 12.0)]
+    unknown = [counted(T0, orders=None), counted(T0 + 60, orders=10.0, invoices=12.0)]
+    assert fetch_rates(unknown, "invoices") == []
+    assert fetch_rates(unknown, "orders") == [], "an unread count is not a zero"
+    assert fetch_rates([counted(T0, orders=1.0), counted(T0 + 60, orders=None)], "orders") == []
+
+
+def test_fetch_counts_go_into_the_point_and_its_line(history: History) -> None:
+    with_counts = counted(T0, orders=42.0)
+    assert history.append(with_counts)
+    raw = json.loads((history.directory / "history-20260310.jsonl").read_bytes())
+    assert raw["queues"] == {"orders": [0, 0, None, 0, 42.0]}
+    assert history.points() == [with_counts]
+    old_line = json.dumps(
+        {"v": 1, "at": T0, "messages": 1, "bytes": 2, "queues": {"o": [1, 2, 3.0, 1]}}
+    )
+    decoded = decode(old_line)
+    assert decoded is not None and decoded.queues["o"].fetched is None
+    assert not decoded.fetch_counts_known
+
+
+def test_each_computation_records_the_fetch_counts_read_with_it(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    build_data_dir(root)
+    history, clock = History(DataDir(root)), Clock(NOW)
+    reads = iter([{"orders": 7.0, "gone": 3.0}, None])
+    compute = partial(compute_snapshot, scan_locally, DataDir(root))
+    keeper = SnapshotKeeper(recording(compute, history, lambda: next(reads)), clock)
+    keeper.refresh()
+    clock.moment = NOW + timedelta(minutes=5)
+    keeper.refresh()
+    first, second = history.points()
+    assert first.queues["orders"].fetched == 7.0
+    assert "gone" not in first.queues  # counts of queues the scan did not find are dropped
+    assert {q.fetched for name, q in first.queues.items() if name != "orders"} == {0.0}
+    assert not second.fetch_counts_known

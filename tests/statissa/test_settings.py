@@ -61,6 +61,8 @@ def test_map_statuses_use_lz4_unless_spark_conf_says_otherwise() -> None:
         ("ZOSCII_STATISSA_TIMEOUT_SECONDS", "1"),
         ("ZOSCII_SPARK_CONF", "executor.memory=4g"),
         ("ZOSCII_SPARK_CONF", "spark.executor.memory"),
+        ("ZOSCII_STATISSA_API_METRICS_URLS", "api:8080/metrics"),
+        ("ZOSCII_STATISSA_API_METRICS_URLS", "http://a/metrics, ftp://b/metrics"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
@@ -108,3 +110,27 @@ def test_access_control_comes_from_the_api_variables(tmp_path: Path) -> None:
 @pytest.mark.slow  # a JVM: the session conftest starts with build_session
 def test_the_session_is_built_with_the_default_codec(spark: Any) -> None:
     assert spark.conf.get(CODEC) == "lz4"
+
+
+def test_fetch_counts_come_from_the_api_unless_told_otherwise() -> None:
+    assert Settings.from_env({}).fetch_count_urls == ()
+    relayed = Settings.from_env({"ZOSCII_STATISSA_API_URL": "http://api:8080/"})
+    assert relayed.fetch_count_urls == ("http://api:8080/metrics",)
+    listed = Settings.from_env(
+        {
+            "ZOSCII_STATISSA_API_URL": "http://api:8080/",
+            "ZOSCII_STATISSA_API_METRICS_URLS": "http://api-1:8080/metrics,http://api-2:8080/metrics",
+        }
+    )
+    assert listed.fetch_count_urls == ("http://api-1:8080/metrics", "http://api-2:8080/metrics")
+    off = {
+        "ZOSCII_STATISSA_API_URL": "http://api:8080/",
+        "ZOSCII_STATISSA_API_METRICS_URLS": "none",
+    }
+    assert Settings.from_env(off).fetch_count_urls == ()
+
+
+def test_the_metrics_token_is_not_in_the_settings_repr() -> None:
+    settings = Settings.from_env({"ZOSCII_STATISSA_API_METRICS_TOKEN": "s3cret-token-value"})
+    assert settings.api_metrics_token == "s3cret-token-value"
+    assert "s3cret-token-value" not in repr(settings)

@@ -23,6 +23,7 @@ from zoscii_statissa.history import (
     History,
     HistoryPoint,
     Series,
+    fetch_rates,
     group_series,
     publish_rates,
     queue_series,
@@ -42,6 +43,12 @@ LATEST_NAMES = 20
 PALETTE = (
     "#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563",
 )  # fmt: skip
+
+NO_HISTORY = "No history yet: a point is added at each computation."
+FETCH_NODATA = (
+    "No fetch counts in this range: statissa reads them from the api's /metrics at each "
+    "computation (ZOSCII_STATISSA_API_URL, ZOSCII_STATISSA_API_METRICS_URLS)."
+)
 
 _W, _H = 600.0, 190.0
 _LEFT, _RIGHT, _TOP, _BOTTOM = 62.0, 14.0, 12.0, 26.0
@@ -65,10 +72,11 @@ def fmt_rate(value: float) -> str:
 class Chart:
     """One chart: a title, its series (name, points) and how values read."""
 
-    key: str  # depth, rate, age, lag: the svg's data-metric
+    key: str  # depth, rate, fetch, age, lag: the svg's data-metric
     title: str
     series: tuple[tuple[str, Series], ...]
     fmt: Callable[[float], str]
+    nodata: str = NO_HISTORY
 
     @property
     def empty(self) -> bool:
@@ -90,8 +98,7 @@ def render_chart(chart: Chart, *, link: Callable[[str], str] | None = None) -> M
     if not series:
         return Markup(
             f'<figure class="chart"><figcaption>{label}</figcaption>'
-            f'<p class="muted nodata">No history yet: a point is added at each '
-            f"computation.</p></figure>"
+            f'<p class="muted nodata">{escape(chart.nodata)}</p></figure>'
         )
     times = [t for _, points in series for t, _ in points]
     values = [v for _, points in series for _, v in points]
@@ -183,7 +190,7 @@ def window(history: History, snapshot: Snapshot | None, range_key: str) -> list[
 
 
 def overview_charts(points: Sequence[HistoryPoint], snapshot: Snapshot) -> list[Chart]:
-    """Depth, publish rate and oldest age of the deepest queues."""
+    """Depth, publish and fetch rates and oldest age of the deepest queues."""
     chosen = [q.name for q in sorted(snapshot.queues, key=lambda q: (-q.messages, q.name))]
     chosen = chosen[:MAX_SERIES]
     return _queue_charts(points, chosen)
@@ -202,6 +209,13 @@ def _queue_charts(points: Sequence[HistoryPoint], queues: Sequence[str]) -> list
             "Publish rate (messages per minute)",
             tuple((q, publish_rates(points, q)) for q in queues),
             fmt_rate,
+        ),
+        Chart(
+            "fetch",
+            "Fetch rate (messages per minute)",
+            tuple((q, fetch_rates(points, q)) for q in queues),
+            fmt_rate,
+            nodata=NO_HISTORY if any(p.fetch_counts_known for p in points) else FETCH_NODATA,
         ),
         Chart(
             "age",

@@ -6,8 +6,12 @@ when the job runs on a Spark cluster), to ``.zoscii/statissa/history-YYYYMMDD.js
 (the UTC day of the point). A point is one JSON line::
 
     {"v": 1, "at": 1773144000.0, "messages": 7, "bytes": 135,
-     "queues": {"orders": [6, 135, 108000.0, 3]},        # depth, bytes, oldest age, pub. 1 h
+     "queues": {"orders": [6, 135, 108000.0, 3, 42.0]},  # depth, bytes, oldest age,
+                                                         # pub. 1 h, fetched (or null)
      "groups": {"orders": {"workers": [2, 1, 0]}}}         # waiting, leased, dead-lettered
+
+A point made without the api's fetch counts (none configured, or the api did not answer)
+has four figures per queue, as every line before fetch counts existed.
 
 A day's file is replaced whole with ``zosciimq.core.durable.atomic_write`` (written
 aside, fsynced, renamed, directory fsynced), so a reader or a crash sees the file with
@@ -26,6 +30,10 @@ counts); between two points ``dt`` seconds apart (``dt`` < 1 h) the messages pub
 in between are estimated as ``P(b) - P(a) * (1 - dt / 3600)`` (the part of ``a``'s hour
 that left the window is taken as evenly spread), which is exact for a steady rate and
 catches a burst in full. Messages deleted before a computation saw them are not counted.
+
+Fetch rates come from the api's own counter of messages served (``fetch_counts``), kept
+in each point: the difference between two points over their distance, a counter that
+went down (an api restarted) counting from zero, as Prometheus' ``rate()`` does.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -61,6 +69,12 @@ class QueuePoint:
     bytes: int
     oldest_age_seconds: float | None
     published_last_hour: int
+    fetched: float | None = None  # messages the api served since it started; None: unknown
+
+    def figures(self) -> list[float | int | None]:
+        """Its figures as a point's line lists them (fetched only when known)."""
+        known = [self.messages, self.bytes, self.oldest_age_seconds, self.published_last_hour]
+        return known if self.fetched is None else [*known, self.fetched]
 
 
 @dataclass(frozen=True)
@@ -80,16 +94,18 @@ class HistoryPoint:
     queues: dict[str, QueuePoint] = field(default_factory=dict)
     groups: dict[str, dict[str, GroupPoint]] = field(default_factory=dict)  # queue -> group
 
+    @property
+    def fetch_counts_known(self) -> bool:
+        """Whether the api's fetch counts were read for this point (all queues or none)."""
+        return any(q.fetched is not None for q in self.queues.values())
+
     def to_dict(self) -> dict[str, object]:
         return {
             "v": VERSION,
             "at": self.at,
             "messages": self.messages,
             "bytes": self.bytes,
-            "queues": {
-                name: [q.messages, q.bytes, q.oldest_age_seconds, q.published_last_hour]
-                for name, q in self.queues.items()
-            },
+            "queues": {name: q.figures() for name, q in self.queues.items()},
             "groups": {
                 queue: {name: [g.waiting, g.leased, g.dead_lettered] for name, g in groups.items()}
                 for queue, groups in self.groups.items()
@@ -97,8 +113,9 @@ class HistoryPoint:
         }
 
 
-def point_of(snapshot: Snapshot) -> HistoryPoint:
-    """The history point of a computed snapshot (its figures only: nothing is read)."""
+def point_of(snapshot: Snapshot, fetched: Mapping[str, float] | None = None) -> HistoryPoint:
+    """The history point of a computed snapshot (its figures only: nothing is read) and
+    of the api's fetch counts read with it (None: not known)."""
     groups: dict[str, dict[str, GroupPoint]] = {}
     for group in snapshot.groups:
         if not group.error:
@@ -115,6 +132,7 @@ def point_of(snapshot: Snapshot) -> HistoryPoint:
                 q.bytes,
                 None if q.oldest_age_seconds is None else round(q.oldest_age_seconds, 1),
                 q.published_last_hour,
+                None if fetched is None else fetched.get(q.name, 0.0),
             )
             for q in snapshot.queues
         },
@@ -134,7 +152,11 @@ def decode(line: bytes | str) -> HistoryPoint | None:
             return None
         queues = {
             str(name): QueuePoint(
-                int(v[0]), int(v[1]), None if v[2] is None else float(v[2]), int(v[3])
+                int(v[0]),
+                int(v[1]),
+                None if v[2] is None else float(v[2]),
+                int(v[3]),
+                None if len(v) < 5 or v[4] is None else float(v[4]),
             )
             for name, v in dict(raw.get("queues") or {}).items()
         }
@@ -271,11 +293,13 @@ class History:
         return deleted
 
 
-def record(history: History, snapshot: Snapshot) -> None:
+def record(
+    history: History, snapshot: Snapshot, fetched: Mapping[str, float] | None = None
+) -> None:
     """Append the snapshot's point; a refusal (read-only volume, full disk) is logged,
     once until it works again, and never fails the computation."""
     try:
-        history.append(point_of(snapshot))
+        history.append(point_of(snapshot, fetched))
     except Exception as exc:  # history is best effort, the figures are not
         error = f"{type(exc).__name__}: {exc}"
         if history.last_error != error:
@@ -288,13 +312,16 @@ def record(history: History, snapshot: Snapshot) -> None:
 
 
 def recording(
-    compute: Callable[[float], Snapshot], history: History
+    compute: Callable[[float], Snapshot],
+    history: History,
+    fetch_counts: Callable[[], Mapping[str, float] | None] | None = None,
 ) -> Callable[[float], Snapshot]:
-    """``compute`` that appends each snapshot it computes to ``history``."""
+    """``compute`` that appends each snapshot it computes to ``history``, with the api's
+    fetch counts read right after it (``fetch_counts``; None: no fetch rates)."""
 
     def compute_and_record(now: float) -> Snapshot:
         snapshot = compute(now)
-        record(history, snapshot)
+        record(history, snapshot, fetch_counts() if fetch_counts is not None else None)
         return snapshot
 
     return compute_and_record
@@ -336,6 +363,23 @@ def publish_rates(points: Sequence[HistoryPoint], queue: str) -> Series:
             rates.append((after.at, published / dt * 60.0))
         else:  # only the last hour before ``after`` is known
             rates.append((after.at, now.published_last_hour / HOUR * 60.0))
+    return rates
+
+
+def fetch_rates(points: Sequence[HistoryPoint], queue: str) -> Series:
+    """Messages per minute the api served from ``queue`` between successive points that
+    both read the api's counts, at the later point. A queue missing from the earlier
+    point had served none then; a count that went down restarted from zero."""
+    rates: Series = []
+    for before, after in itertools.pairwise(points):
+        now = after.queues.get(queue)
+        dt = after.at - before.at
+        if now is None or now.fetched is None or dt <= 0 or not before.fetch_counts_known:
+            continue
+        then = before.queues.get(queue)
+        previous = then.fetched if then is not None and then.fetched is not None else 0.0
+        served = now.fetched - previous if now.fetched >= previous else now.fetched
+        rates.append((after.at, served / dt * 60.0))
     return rates
 
 

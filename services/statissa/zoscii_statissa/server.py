@@ -26,6 +26,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.workers.gthread import ThreadWorker
 
 from zoscii_statissa.compute import Scanner, compute_snapshot
+from zoscii_statissa.fetch_counts import FetchCounts
 from zoscii_statissa.history import History, recording
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.snapshots import SnapshotKeeper
@@ -52,9 +53,15 @@ class Runtime:
         self.settings = settings
         self.data_dir = DataDir(settings.data_dir)
         self.scanner = scanner if scanner is not None else SparkScanner(settings)
-        # each computation's figures also go to the history on the volume (history.py)
+        # each computation's figures also go to the history on the volume (history.py),
+        # with the api's fetch counts read at the same time (fetch_counts.py)
         self.history = History(self.data_dir)
-        compute = recording(partial(compute_snapshot, self.scanner, self.data_dir), self.history)
+        self.fetch_counts = FetchCounts(settings.fetch_count_urls, settings.api_metrics_token)
+        compute = recording(
+            partial(compute_snapshot, self.scanner, self.data_dir),
+            self.history,
+            self.fetch_counts.read,
+        )
         self.keeper = SnapshotKeeper(compute, clock)
         # the console's admin buttons relay to the api (relay.py says why not the core)
         self.app: WsgiApp = create_app(
@@ -79,12 +86,13 @@ class Runtime:
         self.scheduler.start()
         log.info(
             "statissa computing every %ds from %s, Spark master %s, access control %s, "
-            "admin actions %s",
+            "admin actions %s, fetch counts from %s",
             self.settings.interval_seconds,
             self.data_dir.root,
             self.settings.spark_master,
             "on" if self.settings.access.enabled else "off",
             f"relayed to {self.settings.api_url}" if self.settings.api_url else "off",
+            ", ".join(self.fetch_counts.urls) or "nowhere",
         )
 
     def stopping(self) -> None:
@@ -102,6 +110,7 @@ class Runtime:
         stop = getattr(self.scanner, "stop", None)
         if stop is not None:
             stop()
+        self.fetch_counts.close()
 
 
 class StatissaWorker(ThreadWorker):

@@ -34,6 +34,22 @@ def _api_url(raw: str) -> str:
     return raw
 
 
+def _metrics_urls(raw: str) -> tuple[str, ...]:
+    """The api /metrics pages to read fetch counts from; "none": none."""
+    if raw.strip().lower() == "none":
+        return ("none",)
+    urls = env_list(
+        {"ZOSCII_STATISSA_API_METRICS_URLS": raw}, "ZOSCII_STATISSA_API_METRICS_URLS", ()
+    )
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SettingsError(
+                f"ZOSCII_STATISSA_API_METRICS_URLS: {url!r} is not http(s)://host[:port]/metrics"
+            )
+    return urls
+
+
 @dataclass(frozen=True)
 class Settings:
     core: CoreSettings = field(default_factory=CoreSettings)
@@ -66,12 +82,28 @@ class Settings:
     api_timeout_seconds: int = env_field(
         "ZOSCII_STATISSA_API_TIMEOUT_SECONDS", 120, minimum=1, maximum=3600
     )
+    # the api /metrics pages whose fetched-messages counters the history keeps, for the
+    # console's fetch rates (one per api container; "none": no fetch rates); unset: the
+    # api_url's /metrics. Under access control, a token with the api's "metrics" right.
+    api_metrics_urls: tuple[str, ...] = env_field(
+        "ZOSCII_STATISSA_API_METRICS_URLS", (), parse=_metrics_urls
+    )
+    api_metrics_token: str = env_field("ZOSCII_STATISSA_API_METRICS_TOKEN", "", secret=True)
     # clients from ZOSCII_AUTH_FILE / ZOSCII_AUTH_CLIENTS, as the api: none, access is open
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
 
     @property
     def data_dir(self) -> Path:
         return self.core.data_dir
+
+    @property
+    def fetch_count_urls(self) -> tuple[str, ...]:
+        """Where the fetch counts come from: the listed pages, else the api's /metrics."""
+        if self.api_metrics_urls == ("none",):
+            return ()
+        if self.api_metrics_urls:
+            return self.api_metrics_urls
+        return (self.api_url.rstrip("/") + "/metrics",) if self.api_url else ()
 
     @property
     def spark_is_local(self) -> bool:
