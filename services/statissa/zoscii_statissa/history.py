@@ -7,7 +7,7 @@ when the job runs on a Spark cluster), to ``.zoscii/statissa/history-YYYYMMDD.js
 
     {"v": 1, "at": 1773144000.0, "messages": 7, "bytes": 135,
      "queues": {"orders": [6, 135, 108000.0, 3, 42.0]},  # depth, bytes, oldest age,
-                                                         # pub. 1 h, fetched (or null)
+                                                         # pub. 1 h, fetched (see below)
      "groups": {"orders": {"workers": [2, 1, 0]}}}         # waiting, leased, dead-lettered
 
 A point made without the api's fetch counts (none configured, or the api did not answer)
