@@ -155,20 +155,21 @@ def test_concurrent_publishers_share_commits_and_keep_ack_order(data_dir, queues
             assert highest[done_before - 1] < name, "a later publish got a lower name"
 
 
-class _HeldFlush:
-    """Holds the upload flush of the publisher whose body is ``held`` until released
-    (or makes it fail), and counts directory fsyncs: one per group commit."""
+class _BehindAFlush:
+    """B publishes first and its upload flush is held (or made to fail) until
+    ``finish``; then A publishes to the same queue. Counts directory fsyncs: one per
+    group commit. ``results``: each body's name (or error) and its seconds."""
 
-    def __init__(self, monkeypatch, held: bytes) -> None:
-        self.held = held
-        self.entered = threading.Event()
-        self.release = threading.Event()
+    def __init__(self, monkeypatch, queues: QueueStore, data_dir: DataDir) -> None:
+        self.queues, self.data_dir = queues, data_dir
+        self.entered, self.release = threading.Event(), threading.Event()
         self.fail = False
         self.dir_syncs = 0
+        self.results: dict[bytes, object] = {}
         real_sync, real_fsync = queues_module.sync_uploads, os.fsync
 
         def sync_uploads(uploads) -> None:
-            if any(_body(u) == held for u in uploads):
+            if any(_body(u) == b"B" for u in uploads):
                 self.entered.set()
                 assert self.release.wait(30)
                 if self.fail:
@@ -183,34 +184,44 @@ class _HeldFlush:
         monkeypatch.setattr(queues_module, "sync_uploads", sync_uploads)
         monkeypatch.setattr(os, "fsync", fsync)
 
+    def start(self) -> None:
+        self.slow = self._publish(b"B")
+        assert self.entered.wait(10)
+        self.fast = self._publish(b"A")
+
+    def finish(self, *, fail: bool = False) -> None:
+        self.fail = fail
+        self.release.set()
+        self.fast.join(30)
+        self.slow.join(30)
+
+    def lingering(self) -> bool:
+        """Whether A's commit waits for B (polled for up to 10 s)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with self.queues._open.use("q") as files:
+                if files.lingerer is not None:
+                    return True
+            time.sleep(0.005)
+        return False
+
+    def _publish(self, body: bytes) -> threading.Thread:
+        def run() -> None:
+            began = time.monotonic()
+            try:
+                self.results[body] = publish_many(self.queues, self.data_dir, "q", [body])[0].name
+            except OSError as exc:
+                self.results[body] = exc
+            self.results[body + b" seconds"] = time.monotonic() - began
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
 
 def _body(upload) -> bytes:
     with open(upload.temp_path, "rb") as file:
         return file.read()
-
-
-def _lingering(queues: QueueStore, queue: str) -> bool:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with queues._open.use(queue) as files:
-            if files.lingerer is not None:
-                return True
-        time.sleep(0.005)
-    return False
-
-
-def _publish_in_thread(queues, data_dir, body: bytes, results: dict) -> threading.Thread:
-    def run() -> None:
-        began = time.monotonic()
-        try:
-            results[body] = publish_many(queues, data_dir, "q", [body])[0].name
-        except OSError as exc:
-            results[body] = exc
-        results[body + b" seconds"] = time.monotonic() - began
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def test_a_leader_waits_for_a_publisher_still_flushing_its_upload(data_dir, monkeypatch):
@@ -218,52 +229,37 @@ def test_a_leader_waits_for_a_publisher_still_flushing_its_upload(data_dir, monk
     linger), and one commit, one directory fsync, covers both, in arrival order."""
     queues = QueueStore(data_dir, group_linger=20.0)
     publish_many(queues, data_dir, "q", [b"first"])  # the queue's directory exists
-    held = _HeldFlush(monkeypatch, held=b"B")
-    results: dict = {}
-    slow = _publish_in_thread(queues, data_dir, b"B", results)
-    assert held.entered.wait(10)
-    fast = _publish_in_thread(queues, data_dir, b"A", results)
-    assert _lingering(queues, "q"), "A committed without waiting for B"
-    held.dir_syncs = 0
-    held.release.set()
-    fast.join(30)
-    slow.join(30)
-    assert held.dir_syncs == 1, "A and B were not committed together"
-    assert results[b"A"] < results[b"B"], "names out of arrival order"
-    assert results[b"A seconds"] < 10, "A waited out the linger instead of B's arrival"
+    race = _BehindAFlush(monkeypatch, queues, data_dir)
+    race.start()
+    assert race.lingering(), "A committed without waiting for B"
+    race.finish()
+    assert race.dir_syncs == 1, "A and B were not committed together"
+    assert race.results[b"A"] < race.results[b"B"], "names out of arrival order"
+    assert race.results[b"A seconds"] < 10, "A waited out the linger instead of B's arrival"
     assert [body for _, body in queue_contents(data_dir, "q")] == [b"first", b"A", b"B"]
 
 
 def test_a_leader_waits_no_longer_than_the_linger(data_dir, monkeypatch):
     queues = QueueStore(data_dir, group_linger=0.05)
-    held = _HeldFlush(monkeypatch, held=b"B")
-    results: dict = {}
-    slow = _publish_in_thread(queues, data_dir, b"B", results)
-    assert held.entered.wait(10)
-    fast = _publish_in_thread(queues, data_dir, b"A", results)
-    fast.join(30)
-    assert not fast.is_alive() and isinstance(results[b"A"], str)
-    assert _visible_now(data_dir, "q", results[b"A"]), "A answered before it was visible"
-    held.release.set()
-    slow.join(30)
-    assert results[b"A"] < results[b"B"]
+    race = _BehindAFlush(monkeypatch, queues, data_dir)
+    race.start()
+    race.fast.join(30)
+    name = race.results[b"A"]
+    assert not race.fast.is_alive() and isinstance(name, str), "A waited for B's flush"
+    assert _visible_now(data_dir, "q", name), "A answered before it was visible"
+    race.finish()
+    assert name < race.results[b"B"]
     assert [body for _, body in queue_contents(data_dir, "q")] == [b"A", b"B"]
 
 
 def test_a_publisher_whose_flush_fails_releases_the_lingering_leader(data_dir, monkeypatch):
     queues = QueueStore(data_dir, group_linger=20.0)
-    held = _HeldFlush(monkeypatch, held=b"B")
-    results: dict = {}
-    slow = _publish_in_thread(queues, data_dir, b"B", results)
-    assert held.entered.wait(10)
-    fast = _publish_in_thread(queues, data_dir, b"A", results)
-    assert _lingering(queues, "q")
-    held.fail = True
-    held.release.set()
-    fast.join(30)
-    slow.join(30)
-    assert isinstance(results[b"B"], OSError)
-    assert results[b"A seconds"] < 10, "A waited out the linger for a publisher that failed"
+    race = _BehindAFlush(monkeypatch, queues, data_dir)
+    race.start()
+    assert race.lingering()
+    race.finish(fail=True)
+    assert isinstance(race.results[b"B"], OSError)
+    assert race.results[b"A seconds"] < 10, "A waited out the linger for a publisher that failed"
     assert [body for _, body in queue_contents(data_dir, "q")] == [b"A"]
     assert not os.listdir(data_dir.temp), "the failed upload was left behind"
 

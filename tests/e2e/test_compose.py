@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import time
 from pathlib import Path
 
 import docker
@@ -153,6 +154,9 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
             assert http.get(f"{direct}/metrics", timeout=10).status_code == 200
             stats = f"http://127.0.0.1:{stats_port}"
             assert http.get(f"{stats}/healthz", timeout=10).status_code == 200
+            # the console's fetch counts: statissa reads the api's /metrics over the
+            # compose network (http://api:8080/), 2 messages served so far
+            assert fetch_counts_in_history(http, stats, "compose") == 2.0
     finally:
         try:
             run_compose(base, "down", "-v", timeout=300)
@@ -166,3 +170,20 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
                 leftovers.append(e2e.client.volumes.get(f"{project}_zoscii_data").name)
             remove_project(e2e.client, project)
     assert not leftovers, f"left behind by down -v: {sorted(set(leftovers))}"
+
+
+def fetch_counts_in_history(http: requests.Session, stats: str, queue: str) -> float | None:
+    """The api's fetch count of ``queue`` in statissa's newest history point, after a
+    refresh; refreshed again (a point under 10 s after the previous one is not kept)
+    until a point has it, for at most 90 s."""
+    deadline = time.monotonic() + 90
+    while True:
+        refreshed = http.post(f"{stats}/refresh", timeout=120)
+        assert refreshed.status_code == 200, refreshed.text[:2000]
+        points = http.get(f"{stats}/history.json?range=1h", timeout=10).json()["points"]
+        figures = points[-1]["queues"].get(queue, []) if points else []
+        if len(figures) == 5:
+            return float(figures[4])
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(2)
