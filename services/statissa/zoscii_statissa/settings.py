@@ -37,7 +37,7 @@ def _api_url(raw: str) -> str:
 def _metrics_urls(raw: str) -> tuple[str, ...]:
     """The api /metrics pages to read fetch counts from; "none": none."""
     if raw.strip().lower() == "none":
-        return ("none",)
+        return ()
     urls = env_list(
         {"ZOSCII_STATISSA_API_METRICS_URLS": raw}, "ZOSCII_STATISSA_API_METRICS_URLS", ()
     )
@@ -85,8 +85,8 @@ class Settings:
     # the api /metrics pages whose fetched-messages counters the history keeps, for the
     # console's fetch rates (one per api container; "none": no fetch rates); unset: the
     # api_url's /metrics. Under access control, a token with the api's "metrics" right.
-    api_metrics_urls: tuple[str, ...] = env_field(
-        "ZOSCII_STATISSA_API_METRICS_URLS", (), parse=_metrics_urls
+    api_metrics_urls: tuple[str, ...] | None = env_field(
+        "ZOSCII_STATISSA_API_METRICS_URLS", None, parse=_metrics_urls
     )
     api_metrics_token: str = env_field("ZOSCII_STATISSA_API_METRICS_TOKEN", "", secret=True)
     # clients from ZOSCII_AUTH_FILE / ZOSCII_AUTH_CLIENTS, as the api: none, access is open
@@ -99,9 +99,7 @@ class Settings:
     @property
     def fetch_count_urls(self) -> tuple[str, ...]:
         """Where the fetch counts come from: the listed pages, else the api's /metrics."""
-        if self.api_metrics_urls == ("none",):
-            return ()
-        if self.api_metrics_urls:
+        if self.api_metrics_urls is not None:
             return self.api_metrics_urls
         return (self.api_url.rstrip("/") + "/metrics",) if self.api_url else ()
 
