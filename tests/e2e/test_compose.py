@@ -22,6 +22,7 @@ from testcontainers.core.config import ConnectionMode
 from testcontainers.core.docker_client import DockerClient
 
 from tests.e2e import mq
+from tests.e2e.browser import headless_chromium
 from tests.e2e.compose_cli import compose_command, run_compose
 from tests.e2e.compose_spec import COMPOSE_FILE
 from tests.e2e.conftest import E2E, image_tag_env
@@ -157,6 +158,7 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
             # the console's fetch counts: statissa reads the api's /metrics over the
             # compose network (http://api:8080/), 2 messages served so far
             assert fetch_counts_in_history(http, stats, "compose") == 2.0
+        console_in_a_browser(stats, "compose")
     finally:
         try:
             run_compose(base, "down", "-v", timeout=300)
@@ -173,17 +175,35 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
 
 
 def fetch_counts_in_history(http: requests.Session, stats: str, queue: str) -> float | None:
-    """The api's fetch count of ``queue`` in statissa's newest history point, after a
-    refresh; refreshed again (a point under 10 s after the previous one is not kept)
-    until a point has it, for at most 90 s."""
-    deadline = time.monotonic() + 90
+    """The api's fetch count of ``queue`` in statissa's newest history point, once the
+    two newest points both have one (so the console can draw a rate); refreshed until
+    then (a point under 10 s after the previous one is not kept), for at most 120 s."""
+    deadline = time.monotonic() + 120
     while True:
         refreshed = http.post(f"{stats}/refresh", timeout=120)
         assert refreshed.status_code == 200, refreshed.text[:2000]
         points = http.get(f"{stats}/history.json?range=1h", timeout=10).json()["points"]
-        figures = points[-1]["queues"].get(queue, []) if points else []
-        if len(figures) == 5:
-            return float(figures[4])
+        counted = [p["queues"][queue] for p in points[-2:] if len(p["queues"].get(queue, [])) == 5]
+        if len(counted) == 2:
+            return float(counted[-1][4])
         if time.monotonic() > deadline:
             return None
         time.sleep(2)
+
+
+def console_in_a_browser(stats: str, queue: str) -> None:
+    """statissa's console of the running stack in headless Chromium: the page loads, the
+    depth chart draws ``queue`` from the history, the fetch chart has its rate."""
+    from selenium.webdriver.common.by import By
+
+    with headless_chromium() as browser:
+        browser.get(f"{stats}/?range=1h")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "ZOSCII MQ console"
+        depth = browser.find_element(
+            By.CSS_SELECTOR, f'svg[data-metric="depth"] g.series[data-queue="{queue}"]'
+        )
+        assert int(depth.get_attribute("data-points")) >= 1
+        fetch = browser.find_element(
+            By.CSS_SELECTOR, f'svg[data-metric="fetch"] g.series[data-queue="{queue}"]'
+        )
+        assert int(fetch.get_attribute("data-points")) >= 1

@@ -16,15 +16,13 @@ credentials), clicks purge, confirms by typing the queue name, and the api then 
 the queue empty; a message's page shows the bytes that were published; an operator
 without the admin right is offered no button and the api refuses the steps.
 
-Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and
-``selenium`` (requirements-dev.txt); without them the test is skipped with the reason.
-Selenium is given the driver's path: it never downloads one.
+The browser is ``tests.e2e.browser``'s headless Chromium (skipped, with the reason,
+where it is not installed); test_compose opens the same console in the real stack.
 """
 
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import sys
 import time
@@ -35,6 +33,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.e2e.browser import headless_chromium
 from tests.statissa.served import start, wait_until
 from tests.support.api_server import ApiServer
 from tests.support.queues import publish_body
@@ -61,18 +60,6 @@ CLIENTS = "\n".join(
 def _require_engine() -> None:
     """Overrides tests/e2e's fixture of the same name: this test starts no container
     (statissa runs as a local gunicorn process), so it needs no Docker engine."""
-
-
-def _browser_paths() -> tuple[str, str]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if chromium is None or driver is None:
-        missing = [n for n, p in (("chromium", chromium), ("chromedriver", driver)) if not p]
-        pytest.skip(
-            f"{' and '.join(missing)} not installed: apt-get install chromium chromium-driver "
-            "(.ci/run does)"
-        )
-    return chromium, driver
 
 
 @pytest.fixture
@@ -152,28 +139,8 @@ def _as(driver: Any, token: str) -> None:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    chromium, driver_path = _browser_paths()
-    webdriver = pytest.importorskip(
-        "selenium.webdriver", reason="selenium not installed (requirements-dev.txt)"
-    )
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # root in a container
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1280,900",
-    ):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(30)
-    try:
+    with headless_chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _compute_again(base: str, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
