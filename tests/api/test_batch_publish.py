@@ -67,6 +67,23 @@ def test_each_part_has_its_own_nonce_and_retention(client) -> None:
     assert [m for _, m in drain(client, "orders")] == [b"a", b"b", b"c", b"b"]
 
 
+def test_part_header_names_are_case_insensitive_and_the_first_one_counts(client) -> None:
+    parts = [
+        (b"a", {"x-zoscii-nonce": "lower-1", "x-Zoscii-RETENTION": "9"}),
+        (b"b", {"X-ZOSCII-Retention": "11", "X-Other": "ignored"}),
+    ]
+    data, content_type = multipart(parts)
+    # a second Retention header in the first part: the first one is the part's
+    data = data.replace(
+        b"x-Zoscii-RETENTION: 9\r\n", b"x-Zoscii-RETENTION: 9\r\nX-ZOSCII-Retention: 5\r\n"
+    )
+    reply = client.post("/?action=publish&q=cases&batch=1", data=data, content_type=content_type)
+    names = body(reply)["result"]
+    assert [name[19:23] for name in names] == ["0009", "0011"]
+    again = body(post_batch(client, "cases", [(b"a", {"X-ZOSCII-NONCE": "lower-1"})]))
+    assert again["result"] == [None]  # the nonce was the first part's
+
+
 @pytest.mark.parametrize(
     ("parts", "query", "status"),
     [

@@ -125,10 +125,10 @@ class Actions:
         messages = []
         for number, part in enumerate(parts, 1):
             try:
-                nonce = _nonce(request, part.headers.get("X-ZOSCII-Nonce")) or shared_nonce
-                raw_days = part.headers.get("X-ZOSCII-Retention")
+                nonce = _nonce(request, part.options.get("x-zoscii-nonce")) or shared_nonce
+                raw_days = part.options.get("x-zoscii-retention")
                 days = clean_retention(raw_days, 0) if raw_days else retention
-                expires_at = _expiry(part.headers.get("X-ZOSCII-TTL", params.text("ttl")))
+                expires_at = _expiry(part.options.get("x-zoscii-ttl", params.text("ttl")))
             except InvalidInput as exc:
                 raise InvalidInput(f"Message {number} of the batch: {exc}") from None
             messages.append(Outgoing(part.upload, days, nonce, expires_at))

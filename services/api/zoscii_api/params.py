@@ -45,10 +45,22 @@ class Sink(Protocol):
 
 @dataclass
 class BatchPart:
-    """One message of a batch publish, with the headers its multipart part carried."""
+    """One message of a batch publish, with its part's own ``X-ZOSCII-*`` headers by
+    lower-case name (``x-zoscii-nonce``, ``-retention``, ``-ttl``; the first of a name
+    wins, as werkzeug's ``Headers.get``)."""
 
     upload: Upload
-    headers: Headers
+    options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, upload: Upload, headers: Headers | None) -> BatchPart:
+        # One pass over the few headers of a part: Headers.get raises and catches a
+        # KeyError for every absent name, three of them per message.
+        options: dict[str, str] = {}
+        for name, value in headers.items() if headers is not None else ():
+            if name[:9].lower() == "x-zoscii-":
+                options.setdefault(name.lower(), value)
+        return cls(upload, options)
 
 
 @dataclass
@@ -150,7 +162,7 @@ class ParamCollector:
                 if len(self.params.batch) >= self.max_parts:
                     raise InvalidInput(f"A batch holds at most {self.max_parts} messages.")
                 upload = self.new_upload()
-                self.params.batch.append(BatchPart(upload, headers or Headers()))
+                self.params.batch.append(BatchPart.of(upload, headers))
                 return _Budgeted(upload, self.batch_budget)
             if self.params.upload is not None:  # a repeated msg replaces the earlier one
                 self.params.upload.discard()
