@@ -24,18 +24,18 @@ CLIENTS = (
 
 def _publish_and_fetch(url: str, headers: dict[str, str] | None = None) -> None:
     """orders: 5 published, 2 fetched by pointer and 3 in a batch; logs: 1 and 1."""
-    client = ZosciiClient(url, headers=headers)
-    for i in range(5):
-        client.publish("orders", b"order %d" % i)
-    client.publish("logs", b"a line")
-    first = client.fetch("orders")
-    assert first is not None
-    second = client.fetch("orders", first.name)
-    assert second is not None
-    batch = client.fetch_batch("orders", second.name, count=10)
-    assert len(batch) == 3
-    assert client.fetch("logs") is not None
-    assert client.fetch("orders", batch[-1].name) is None  # nothing new: counts nothing
+    with ZosciiClient(url, headers=headers) as client:
+        for i in range(5):
+            client.publish("orders", b"order %d" % i)
+        client.publish("logs", b"a line")
+        first = client.fetch("orders")
+        assert first is not None
+        second = client.fetch("orders", first.name)
+        assert second is not None
+        batch = client.fetch_batch("orders", second.name, count=10)
+        assert len(batch) == 3
+        assert client.fetch("logs") is not None
+        assert client.fetch("orders", batch[-1].name) is None  # nothing new: counts nothing
 
 
 @pytest.mark.slow
@@ -66,7 +66,7 @@ def test_under_access_control_the_token_with_the_metrics_right_is_needed(
         assert FetchCounts([url + "metrics"], TOKEN).read() == {"orders": 5.0, "logs": 1.0}
 
 
-def test_one_api_that_does_not_answer_makes_the_counts_unknown(tmp_path: Path) -> None:
+def test_one_api_that_does_not_answer_makes_the_counts_unknown() -> None:
     dead = f"http://127.0.0.1:{free_port()}/metrics"
     assert FetchCounts([dead], timeout=2).read() is None
     assert FetchCounts([]).read() is None
