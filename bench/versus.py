@@ -86,6 +86,14 @@ def publish_form(queue: str) -> bytes:
     return f"action=publish&q={queue}&msg={php_urlencode(PAYLOAD_1K)}".encode()
 
 
+FRAMED = "application/vnd.zoscii.batch"
+
+
+def framed_batch_body() -> bytes:
+    """The framed batch body (what the client sends), each message tagged with its position."""
+    return b"".join(b"%d\n" % (TAG + len(TAIL)) + tag(i) + TAIL for i in range(BATCH)) + b"end\n"
+
+
 def batch_body() -> bytes:
     """multipart/form-data, one part per message ``m<i>``, each tagged with its position."""
     parts = [
@@ -293,25 +301,27 @@ def publish_run(
 
 
 def batch(ctx: Context) -> dict[str, Any]:
-    """``batch=1`` multipart publish from 1 and 4 clients; the original's single publish."""
+    """Framed batch publish from 1 and 4 clients, against the floor, the disk and the
+    original's single publish; then the multipart batch against the floor alone."""
     rounds, seconds = plan(ctx)
     workdir = ctx.fresh_dir("vs-batch")
-    body = batch_body()
+    framed = (framed_batch_body(), FRAMED)
+    multipart = (batch_body(), f"multipart/form-data; boundary={BOUNDARY}")
     details: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "messages_per_request": BATCH}
     with contenders(ctx, workdir) as c:
         for clients in BATCH_CLIENTS:
             plural = "s" if clients > 1 else ""
             where = f", {clients} queues" if clients > 1 else ""
             comparison = Comparison(
-                f"batch publish {BATCH} x 1 KB, {clients} client{plural}{where}",
+                f"batch publish {BATCH} x 1 KB, framed, {clients} client{plural}{where}",
                 goal=("", 10_000),
             )
             comparison.notes.append(
                 "original: single publish, as many clients and queues (it has no batch)"
             )
             runs = {
-                "ours": batch_run(c, "ours", clients, seconds, workdir, body),
-                "floor": batch_run(c, "floor", clients, seconds, workdir, body),
+                "ours": batch_run(c, "ours", clients, seconds, workdir, framed),
+                "floor": batch_run(c, "floor", clients, seconds, workdir, framed),
                 "ceiling": ceiling_run(
                     lambda n, k=clients: durable_batch_factory(
                         workdir / "ceiling" / f"c{k}r{n}",
@@ -329,27 +339,42 @@ def batch(ctx: Context) -> dict[str, Any]:
                 comparison.missing["original"] = c.missing
             alternate(comparison, runs, rounds)
             ctx.results.comparisons.append(comparison)
+        for clients in BATCH_CLIENTS:
+            plural = "s" if clients > 1 else ""
+            comparison = Comparison(
+                f"batch publish {BATCH} x 1 KB, multipart, {clients} client{plural}"
+            )
+            comparison.notes.append(
+                "the multipart/form-data batch, as curl -F or a browser sends it"
+            )
+            runs = {
+                "ours": batch_run(c, "ours", clients, seconds, workdir, multipart),
+                "floor": batch_run(c, "floor", clients, seconds, workdir, multipart),
+            }
+            alternate(comparison, runs, rounds)
+            ctx.results.comparisons.append(comparison)
     ctx.remove(workdir)
     return details
 
 
 def batch_run(
-    c: Contenders, target: str, clients: int, seconds: float, workdir: Path, body: bytes
+    c: Contenders,
+    target: str,
+    clients: int,
+    seconds: float,
+    workdir: Path,
+    body: tuple[bytes, str],
 ) -> Run:
     """One queue per client: a queue takes at most 10,000 names a second (its counter)."""
     origin, _path, roots = endpoint(c, target)
 
     def queues(number: int) -> list[str]:
-        return [f"batch{clients}-r{number}-q{i}" for i in range(clients)]
+        kind = "f" if body[1] == FRAMED else "m"  # the formats' runs share round numbers
+        return [f"batch{clients}{kind}-r{number}-q{i}" for i in range(clients)]
 
     def work(number: int) -> load.Outcome:
         requests_ = [
-            load.Request(
-                "POST",
-                f"/?action=publish&q={queue}&batch=1",
-                body,
-                f"multipart/form-data; boundary={BOUNDARY}",
-            )
+            load.Request("POST", f"/?action=publish&q={queue}&batch=1", *body)
             for queue in queues(number)
         ]
         return load.cycle(

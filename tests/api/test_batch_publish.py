@@ -153,3 +153,85 @@ def test_without_batch_a_repeated_msg_is_one_message_as_in_the_original(client) 
     reply = client.post("/?action=publish&q=orders", data=data, content_type=content_type)
     assert body(reply)["message"] == "Message published." and body(reply)["result"] == []
     assert [m for _, m in drain(client, "orders")] == [b"last"]
+
+
+# --- the framed body (application/vnd.zoscii.batch) ------------------------------------
+
+FRAMED = "application/vnd.zoscii.batch"
+
+
+def framed(parts: list[tuple[bytes, str]]) -> bytes:
+    """``<length>[ <options>]\\n<bytes>`` per message, then ``end\\n``."""
+    out = b""
+    for data, options in parts:
+        out += f"{len(data)}{' ' + options if options else ''}\n".encode() + data
+    return out + b"end\n"
+
+
+def post_framed(client, queue: str, data: bytes, query: str = ""):
+    return client.post(f"/?action=publish&q={queue}&{query}", data=data, content_type=FRAMED)
+
+
+def test_a_framed_batch_publishes_every_message_in_order_byte_exact(client) -> None:
+    messages = [BINARY, b"", b"end\n", b"3 n=x\n", os.urandom(70_000)]
+    reply = post_framed(client, "orders", framed([(m, "") for m in messages]))
+    document = body(reply)
+    assert reply.status_code == 200 and document["error"] == ""
+    names = document["result"]
+    assert len(names) == 5 and names == sorted(names)
+    assert drain(client, "orders") == list(zip(names, messages, strict=True))
+
+
+def test_a_batch_reply_announces_the_framed_body(client) -> None:
+    """How a client learns it may send frames: an earlier api reads multipart only."""
+    reply = post_batch(client, "orders", [(b"a", {})])
+    assert reply.headers["Accept-Post"] == f"multipart/form-data, {FRAMED}"
+    single = client.post("/?action=publish&q=orders", data={"msg": "b"})
+    assert "Accept-Post" not in single.headers
+
+
+def test_framed_options_are_each_messages_nonce_retention_and_ttl(client) -> None:
+    parts = [(b"a", "n=order-1&r=7"), (b"b", ""), (b"c", "n=order%2D3&ttl=3600")]
+    first = body(post_framed(client, "orders", framed(parts), "r=30"))["result"]
+    assert [name[19:23] for name in first] == ["0007", "0030", "0030"]
+    again = body(post_framed(client, "orders", framed(parts)))["result"]
+    assert again[0] is None and again[2] is None and again[1] is not None  # nonces used
+    assert [m for _, m in drain(client, "orders")] == [b"a", b"b", b"c", b"b"]
+    consumed = client.get("/?action=consume&q=orders&group=g&count=10")
+    assert consumed.status_code == 200  # the third message carries its ttl to groups
+    assert b"X-ZOSCII-TTL" in consumed.data
+
+
+@pytest.mark.parametrize(
+    ("data", "query", "status", "why"),
+    [
+        (framed([(b"a", ""), (b"b", "n=no%20spaces")]), "", 400, "nonce"),
+        (framed([(b"a", ""), (b"b", "r=10000")]), "", 400, "retention"),
+        (framed([(b"a", ""), (b"b", "colour=red")]), "", 400, "unknown frame option"),
+        (framed([(b"a", ""), (b"b", "")]), "n=one-for-all", 400, "one nonce per message"),
+        (framed([(b"a", "")])[:-4], "", 400, "ends before its 'end' line"),
+        (framed([(b"abc", "")]).replace(b"3\n", b"9\n"), "", 400, "ends inside a message"),
+        (framed([(b"a", "")]) + b"x", "", 400, "after its 'end' line"),
+        (b"end\n", "", 400, "at least one"),
+        (framed([(b"x" * 600, ""), (b"y", "")]), "", 413, "maximum"),
+        (framed([(b"x" * 400, "")] * 4), "", 413, "Batch larger"),
+        (framed([(b"m", "")] * 6), "", 400, "at most 5 messages"),
+        (framed([(b"m", "")]), "msg=also", 400, "not in 'msg'"),
+    ],
+)
+def test_a_bad_framed_batch_is_an_error_and_writes_nothing(
+    data_dir, data: bytes, query: str, status: int, why: str
+) -> None:
+    client = make_client(data_dir, max_message_bytes=500, max_batch_bytes=1000, max_batch_count=5)
+    reply = post_framed(client, "orders", data, query)
+    assert reply.status_code == status and why in body(reply)["error"]
+    assert not (data_dir / "queues" / "orders").exists() or not os.listdir(
+        data_dir / "queues" / "orders"
+    )
+    assert os.listdir(data_dir / "queues" / "temp") == []
+
+
+def test_a_framed_body_is_for_publish_only(client, data_dir) -> None:
+    reply = client.post("/?action=store", data=framed([(b"a", "")]), content_type=FRAMED)
+    assert reply.status_code == 400 and "action=publish" in body(reply)["error"]
+    assert os.listdir(data_dir / "queues" / "temp") == []

@@ -5,6 +5,8 @@
   replicator sends binary messages urlencoded, so one changed byte is a corrupt message).
 * ``parse_multipart`` keeps ``msg`` byte-exact, as a field or a file, whatever the
   boundary and however the body arrives in pieces.
+* ``parse_frames`` (the framed batch body) keeps every message byte-exact with its own
+  options, in any chunking, and refuses every body cut short, even at a frame's end.
 * Names: format/parse round trip, UTC whatever the input's zone, lexical order is
   (time, counter) order, and ``store_dirs`` agrees with a plain reading of PROTOCOL.md
   ("The store fan-out"), implemented here independently.
@@ -31,11 +33,12 @@ from zoscii_api.params import (
     RequestParams,
     UrlencodedDecoder,
     decode_urlencoded,
+    parse_frames,
     parse_multipart,
     read_params,
     unquote_plus_bytes,
 )
-from zosciimq.core import DataDir, MessageName, Upload, parse_name
+from zosciimq.core import DataDir, InvalidInput, MessageName, Upload, parse_name
 from zosciimq.core.names import MAX_COUNTER, MAX_RETENTION_DAYS, format_stamp, store_dirs
 
 FIELD_LIMIT = 1 << 20
@@ -346,6 +349,94 @@ def test_multipart_message_is_byte_exact_in_any_chunking(
 ) -> None:
     assume(f"\r\n--{boundary}".encode() not in b"\r\n" + msg + b"\r\n")  # a client's duty
     _check_multipart(layout, boundary, fields, msg, as_file, sizes)
+
+
+# --- framed batches -----------------------------------------------------------------------
+
+_NONCES = st.text(alphabet=string.ascii_letters + string.digits + "-_.:", min_size=1, max_size=40)
+_FRAMES = st.lists(
+    st.tuples(
+        st.binary(max_size=600) | st.sampled_from([b"", b"end\n", b"12 n=x\nend\n", b"\n"]),
+        st.fixed_dictionaries(
+            {}, optional={"n": _NONCES, "r": st.integers(0, 9999).map(str), "ttl": _NONCES}
+        ),
+    ),
+    max_size=6,
+)
+
+
+def _framed(frames: list[tuple[bytes, dict[str, str]]]) -> bytes:
+    out = b""
+    for data, options in frames:
+        head = b"%d" % len(data)
+        if options:
+            pairs = (f"{key}={quote_from_bytes(value.encode())}" for key, value in options.items())
+            head += b" " + "&".join(pairs).encode()
+        out += head + b"\n" + data
+    return out + b"end\n"
+
+
+def _batch_collector(layout: DataDir) -> tuple[RequestParams, ParamCollector]:
+    params = RequestParams(batch=[])
+    return params, ParamCollector(
+        params, lambda: Upload(layout), FIELD_LIMIT, max_parts=1000, max_batch_bytes=1 << 30
+    )
+
+
+@PROPERTY_SETTINGS
+@given(frames=_FRAMES, sizes=_READ_SIZES)
+def test_framed_batch_is_byte_exact_in_any_chunking(
+    layout: DataDir, frames: list[tuple[bytes, dict[str, str]]], sizes: list[int]
+) -> None:
+    params, collector = _batch_collector(layout)
+    try:
+        parse_frames(TrickleStream(_framed(frames), sizes), collector)
+        assert params.batch is not None
+        got = [(Path(p.upload.temp_path).read_bytes(), p.options) for p in params.batch]
+        names = {"n": "x-zoscii-nonce", "r": "x-zoscii-retention", "ttl": "x-zoscii-ttl"}
+        assert got == [(d, {names[k]: v for k, v in o.items()}) for d, o in frames]
+    finally:
+        params.close()
+    assert list(layout.temp.iterdir()) == []
+
+
+@PROPERTY_SETTINGS
+@given(frames=_FRAMES, sizes=_READ_SIZES, data=st.data())
+def test_a_framed_batch_cut_short_anywhere_is_refused(
+    layout: DataDir, frames: list[tuple[bytes, dict[str, str]]], sizes: list[int], data
+) -> None:
+    """Every strict prefix of a body is an error, a cut right after a whole frame too:
+    a batch that lost its tail must never be taken for a smaller one."""
+    body = _framed(frames)
+    cut = data.draw(st.integers(0, len(body) - 1))
+    params, collector = _batch_collector(layout)
+    try:
+        with pytest.raises(InvalidInput, match="Malformed batch body"):
+            parse_frames(TrickleStream(body[:cut], sizes), collector)
+    finally:
+        params.close()
+    assert list(layout.temp.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"1\nxend\ntrailing", "bytes after its 'end' line"),
+        (b"x\nend\n", "is not '<length>"),
+        (b"-1\nend\n", "is not '<length>"),
+        (b"1 q=other\nxend\n", "unknown frame option 'q'"),
+        (b"1 " + b"n=" + b"a" * 2000 + b"\nxend\n", "longer than 1024 bytes"),
+        (b"99999999999999999999\nend\n", "is not '<length>"),
+    ],
+)
+def test_malformed_framed_batches_are_refused(layout: DataDir, body: bytes, why: str) -> None:
+    params, collector = _batch_collector(layout)
+    try:
+        with pytest.raises(InvalidInput, match=why):
+            parse_frames(TrickleStream(body, [7]), collector)
+    finally:
+        params.close()
+    assert list(layout.temp.iterdir()) == []
 
 
 # --- names --------------------------------------------------------------------------------

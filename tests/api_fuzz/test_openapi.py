@@ -144,6 +144,7 @@ def test_documents_the_endpoint_and_operations_routes(document: dict) -> None:
         assert set(body) == {
             "application/x-www-form-urlencoded",
             "multipart/form-data",
+            "application/vnd.zoscii.batch",
             "application/octet-stream",
         }
 
@@ -287,6 +288,14 @@ def _publish_batch(app: Flask, _: Path) -> TestResponse:
         input_stream=BytesIO(body),
         content_type=f"multipart/form-data; boundary={boundary}",
         content_length=len(body),
+    )
+
+
+def _publish_framed_batch(app: Flask, _: Path) -> TestResponse:
+    """The framed body: a message with its own nonce and retention, then one without."""
+    body = b"2 n=order-9&r=7\n\x00\xff" + b"4\nonce" + b"end\n"
+    return app.test_client().post(
+        "/?action=publish&q=orders", data=body, content_type="application/vnd.zoscii.batch"
     )
 
 
@@ -467,6 +476,7 @@ SCENARIOS = [
     Scenario("publish-multipart-file", 200, _publish_multipart_file, "/index.php", "post"),
     Scenario("publish-raw-body", 200, _publish_raw_body, method="post"),
     Scenario("publish-batch", 200, _publish_batch, method="post"),
+    Scenario("publish-framed-batch", 200, _publish_framed_batch, method="post"),
     Scenario("consume", 200, _consume),
     Scenario("ack-fenced", 409, _ack_fenced, method="post"),
     Scenario("fetch-binary", 200, _fetch_binary),

@@ -35,7 +35,7 @@ from zosciimq.client import (
     ZosciiClient,
 )
 from zosciimq.client.payload import Payload
-from zosciimq.client.publish_batch import MultipartBody
+from zosciimq.client.publish_batch import BatchBody, FramedBody, MultipartBody
 from zosciimq.core import parse_name
 
 
@@ -52,7 +52,7 @@ def request_log(client: ZosciiClient) -> list[requests.PreparedRequest]:
 def shape(request: requests.PreparedRequest) -> tuple[str, int]:
     """("batch", parts) for a batch publish, ("single", 1) for any other publish."""
     query = parse_qs(urlsplit(request.url or "").query)
-    if isinstance(request.body, MultipartBody):
+    if isinstance(request.body, BatchBody):
         assert query.get("batch") == ["1"]
         return "batch", request.body.count
     assert "batch" not in query and "batch=" not in str(request.body)
@@ -242,6 +242,8 @@ def test_batch_size_and_batch_bytes_split_the_requests(client: ZosciiClient) -> 
     first = [os.urandom(100) for _ in range(25)]
     client.publish_many(queue, first, batch_size=10)
     assert [shape(r) for r in sent] == [("batch", 1), ("batch", 10), ("batch", 10), ("batch", 4)]
+    # the probe is multipart (every server reads it), its reply announced the framed body
+    assert [type(r.body) for r in sent] == [MultipartBody] + [FramedBody] * 3
     sent.clear()
     alone = os.urandom(1000)  # over batch_bytes: a single publish of its own
     second = [os.urandom(100) for _ in range(5)] + [alone] + [os.urandom(100) for _ in range(5)]
@@ -484,6 +486,25 @@ def test_original_mode_never_sends_a_batch(api: tuple[str, Path], original: Zosc
     assert all(r.name is None and r.nonce for r in results)
 
 
+def test_a_server_that_does_not_announce_frames_gets_multipart_batches(
+    client: ZosciiClient,
+) -> None:
+    """A server of an earlier version reads multipart batches only: without its
+    Accept-Post naming the framed body, the client never sends one."""
+    queue = queue_name()
+    sent = request_log(client)
+
+    def earlier_version(response: requests.Response, **_: object) -> None:
+        response.headers.pop("Accept-Post", None)
+
+    client.session.hooks["response"].insert(0, earlier_version)
+    messages = [os.urandom(50) for _ in range(12)]
+    client.publish_many(queue, messages, batch_size=5)
+    assert [type(r.body) for r in sent] == [MultipartBody] * 4
+    assert client.publish_frames is False
+    assert [data for _, data in read_queue(client, queue)] == messages
+
+
 # --- the body itself --------------------------------------------------------------------
 def test_multipart_body_reads_seeks_and_counts_like_a_file(tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
@@ -491,13 +512,14 @@ def test_multipart_body_reads_seeks_and_counts_like_a_file(tmp_path: Path) -> No
     payloads = [Payload.from_source(b"abc"), Payload.from_source(path), Payload.from_source(b"")]
     reported: list[int] = []
     body = MultipartBody(
-        [(p, {"X-ZOSCII-Nonce": f"n{i}"}) for i, p in enumerate(payloads)],
+        [(p, {"nonce": f"n{i}", "retention": "3"}) for i, p in enumerate(payloads)],
         on_read=reported.append,
     )
     whole = body.read()
     assert len(whole) == len(body) and body.tell() == len(body)
     assert whole.count(body.boundary.encode()) == 4
-    assert path.read_bytes() in whole and b"X-ZOSCII-Nonce: n1\r\n" in whole
+    assert path.read_bytes() in whole
+    assert b"X-ZOSCII-Nonce: n1\r\nX-ZOSCII-Retention: 3\r\n" in whole
     assert reported[-1] == 3 + 300_000
     body.seek(0)
     pieces = []
@@ -507,6 +529,22 @@ def test_multipart_body_reads_seeks_and_counts_like_a_file(tmp_path: Path) -> No
     body.seek(100)
     body.seek(0)
     assert b"".join(body) == whole
+    payloads[1].close()
+
+
+def test_framed_body_frames_each_message_with_its_length_and_options(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(100_000))
+    payloads = [Payload.from_source(b"a\nb"), Payload.from_source(path), Payload.from_source(b"")]
+    options = [{"nonce": "n 0", "retention": "3"}, {}, {"nonce": "n2"}]
+    body = FramedBody(list(zip(payloads, options, strict=True)))
+    whole = body.read()
+    assert whole == (
+        b"3 n=n+0&r=3\na\nb" + b"100000\n" + path.read_bytes() + b"0 n=n2\n" + b"end\n"
+    )
+    assert len(body) == len(whole) and body.content_type == "application/vnd.zoscii.batch"
+    body.seek(5)
+    assert body.read() == whole[5:]
     payloads[1].close()
 
 

@@ -18,7 +18,7 @@ from werkzeug.wrappers import Request
 
 from zoscii_api.admin import AdminActions
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.params import RequestParams, whole_number
+from zoscii_api.params import BATCH_BODY, RequestParams, whole_number
 from zoscii_api.responses import Answer, batch_response, envelope, message_response
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
@@ -100,28 +100,30 @@ class Actions:
         if result.duplicate:
             return envelope(message="Nonce already used.")
         self.watcher.notify(queue)
-        self.metrics.published.labels(queue).inc()
-        self.metrics.received_bytes.labels("publish").inc(upload.size)
+        self.metrics.published_messages(queue, 1, upload.size)
         return envelope(message="Message published.")
 
     def _publish_batch(
         self, request: Request, queue: str, retention: int | None, params: RequestParams
     ) -> Answer:
-        """Every ``msg`` part is a message: one commit, contiguous names, all or nothing.
+        """Every ``msg`` part (or frame) is a message: one commit, contiguous names, all or
+        nothing.
 
-        A part's ``X-ZOSCII-Nonce`` and ``X-ZOSCII-Retention`` headers are its own nonce
-        and retention (``r`` is the default for the others; ``n`` only for a batch of
-        one, so a client probing with one message can send a nonce the original also
-        understands). The reply's result lists the names given, in order, with null for
-        a message whose nonce had been used (before, or by an earlier part). The batch's
-        size limits were enforced while it arrived (params).
+        A part's ``X-ZOSCII-Nonce`` and ``X-ZOSCII-Retention`` headers (a frame's ``n``
+        and ``r``) are its own nonce and retention (``r`` is the default for the others;
+        ``n`` only for a batch of one, so a client probing with one message can send a
+        nonce the original also understands). The reply's result lists the names given,
+        in order, with null for a message whose nonce had been used (before, or by an
+        earlier part). The batch's size limits were enforced while it arrived (params).
         """
         parts = params.batch or []
         if not parts:
-            raise MissingMessage("A batch needs at least one 'msg' part.")
+            raise MissingMessage("A batch needs at least one message.")
         shared_nonce = _nonce(request, params.text("n"))
         if shared_nonce and len(parts) > 1:
-            raise InvalidInput("A batch takes one nonce per message (X-ZOSCII-Nonce), not 'n'.")
+            raise InvalidInput(
+                "A batch takes one nonce per message (X-ZOSCII-Nonce, a frame's n), not 'n'."
+            )
         messages = []
         for number, part in enumerate(parts, 1):
             try:
@@ -136,13 +138,14 @@ class Actions:
         published = sum(name is not None for name in names)
         if published:
             self.watcher.notify(queue)
-        self.metrics.published.labels(queue).inc(published)
-        self.metrics.received_bytes.labels("publish").inc(sum(p.upload.size for p in parts))
+        self.metrics.published_messages(queue, published, sum(p.upload.size for p in parts))
         repeats = len(names) - published
         message = f"{published} message(s) published." + (
             f" {repeats} nonce(s) already used." if repeats else ""
         )
-        return envelope(message=message, result=names)
+        reply = envelope(message=message, result=names)
+        reply.headers["Accept-Post"] = BATCH_BODIES  # a client learns the framed body here
+        return reply
 
     def fetch(self, request: Request, params: RequestParams) -> Answer:
         """The next message; with ``count`` a batch, with ``wait`` a long-poll.
@@ -187,8 +190,7 @@ class Actions:
         response = message_response(
             request, result.name, result.file, result.size, offset=offset, length=length
         )
-        self.metrics.fetched.labels(queue).inc()
-        self.metrics.sent_bytes.labels("fetch").inc(response.content_length or 0)
+        self.metrics.fetched_messages(queue, 1, response.content_length or 0)
         return response
 
     def _batch(self, queue: str, after: str, count: int, budget: int) -> Answer | None:
@@ -205,8 +207,7 @@ class Actions:
             total += size
         if not chosen:
             return None
-        self.metrics.fetched.labels(queue).inc(len(chosen))
-        self.metrics.sent_bytes.labels("fetch").inc(total)
+        self.metrics.fetched_messages(queue, len(chosen), total)
         return batch_response(chosen)
 
     # --- the store ---------------------------------------------------------------------
@@ -252,6 +253,9 @@ class Actions:
         parsed = [parse_name(_basename_check(n, "names")) for n in names]
         renamed = self.store.identify(parsed)
         return envelope(message="Returned messages identified.", result=renamed)
+
+
+BATCH_BODIES = f"multipart/form-data, {BATCH_BODY}"
 
 
 def _nonce(request: Request, raw: str | None) -> str | None:

@@ -28,7 +28,7 @@ from zoscii_api.admin import AdminAllow
 from zoscii_api.auth import ADMIN_ACTIONS, Client
 from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.params import query_fields, read_params
+from zoscii_api.params import BATCH_BODY, RequestParams, query_fields, query_params, read_params
 from zoscii_api.ratelimit import Admission
 from zoscii_api.responses import Answer, Reply, envelope
 from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
@@ -143,12 +143,34 @@ class Endpoint:
             environ["zoscii.client"] = client.name  # nonces are kept to their client
         # Everything that can be decided before reading a body that may be 1 GB is
         # decided first: its size, and action and q when the URL has them.
-        self._check_size(request, query)
-        has_body = _has_body(request)
-        if has_body and not _is_form(request.content_type):
-            _check_raw_body(query)
+        content_type = environ.get("CONTENT_TYPE", "")
+        has_body = _has_body(environ)
+        if has_body:
+            self._check_size(request, query, content_type)
+            if not _is_form(content_type):
+                _check_raw_body(query, _mimetype(content_type))
         if query.get("action"):
             self._admit(request, _text(query, "action"), _text(query, "q"), client)
+        if has_body:
+            params = self._read_body(request, query, client)
+        else:
+            params = query_params(query, self.new_upload)
+        try:
+            action = params.text("action")
+            if not action:
+                return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
+            if has_body:  # else the URL's action and q, admitted above, are all there is
+                self._admit(request, action, params.text("q"), client)
+            return self.actions.handler(action)(request, params)
+        finally:
+            params.close()
+
+    def _read_body(
+        self, request: Request, query: dict[str, bytes], client: Client | None
+    ) -> RequestParams:
+        """The parameters and message(s) of a body, read under its deadline."""
+        environ = request.environ
+        settings = self.settings
 
         def before_message(fields: dict[str, bytes]) -> None:
             """Called as the message starts to arrive: nothing of it is written before
@@ -170,31 +192,23 @@ class Endpoint:
             timeout=settings.body_timeout_seconds,
             min_rate=settings.body_min_rate,
         ):
-            params = read_params(
+            return read_params(
                 query=query,
                 content_type=request.content_type,
                 content_length=request.content_length,
                 stream=request.stream,
-                has_body=has_body,
+                has_body=True,
                 new_upload=self.new_upload,
                 max_field_bytes=settings.max_field_bytes,
                 max_batch_parts=settings.max_batch_count,
                 max_batch_bytes=settings.max_batch_bytes,
                 before_message=before_message,
             )
-        try:
-            action = params.text("action")
-            if not action:
-                return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
-            self._admit(request, action, params.text("q"), client)
-            return self.actions.handler(action)(request, params)
-        finally:
-            params.close()
 
-    def _check_size(self, request: Request, query: dict[str, bytes]) -> None:
+    def _check_size(self, request: Request, query: dict[str, bytes], content_type: str) -> None:
         settings = self.settings
         limit = settings.max_message_bytes * FORM_OVERHEAD + settings.max_field_bytes
-        if query.get("batch") == b"1":
+        if query.get("batch") == b"1" or _mimetype(content_type) == BATCH_BODY:
             limit = max(limit, settings.max_batch_bytes * FORM_OVERHEAD)
         if request.content_length and request.content_length > limit:
             request.environ["zoscii.action"] = _action_label(_text(query, "action"))
@@ -261,24 +275,34 @@ def _text(fields: dict[str, bytes], name: str) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
-def _has_body(request: Request) -> bool:
-    """A declared body, even of length 0 (an empty raw message), or a chunked one."""
+def _has_body(environ: dict[str, Any]) -> bool:
+    """A declared body, even of length 0 (an empty raw message), or a chunked one. (From
+    the environ: werkzeug's properties cost more than a GET's whole parsing.)"""
     return (
-        bool(request.content_length)
-        or (request.method == "POST" and bool(request.content_type))
-        or "chunked" in request.environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+        environ.get("CONTENT_LENGTH", "0") not in ("", "0")
+        or (environ.get("REQUEST_METHOD") == "POST" and bool(environ.get("CONTENT_TYPE")))
+        or "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
     )
 
 
+def _mimetype(content_type: str | None) -> str:
+    """What werkzeug's ``request.mimetype`` says, without parsing the options."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
 def _is_form(content_type: str | None) -> bool:
-    mimetype = (content_type or "").split(";", 1)[0].strip().lower()
-    return mimetype in ("application/x-www-form-urlencoded", "multipart/form-data")
+    return _mimetype(content_type) in ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
-def _check_raw_body(query: dict[str, bytes]) -> None:
-    """A body that is not a form is a message: only publish and store take one, and the
-    URL must say which before a byte of it is read."""
+def _check_raw_body(query: dict[str, bytes], mimetype: str) -> None:
+    """A body that is not a form is a message (or a framed batch of them): only publish
+    and store take one, and the URL must say which before a byte of it is read."""
     action = _text(query, "action")
+    if mimetype == BATCH_BODY and action != "publish":
+        raise InvalidInput(
+            f"A {BATCH_BODY} body is a batch publish: put action=publish (with q) in the "
+            "query string."
+        )
     if action not in ("publish", "store"):
         raise InvalidInput(
             "A body that is not a form is the message of a publish or store: put "

@@ -66,6 +66,28 @@ class ApiMetrics:
         # labels() takes a lock and builds a key on every call; an answered request's
         # children are looked up here instead (actions and statuses are bounded sets).
         self._answered: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+        # A publish's or a fetch's two counters, by action and queue (as many as the
+        # children labels() keeps anyway).
+        self._message_counters: dict[tuple[str, str], tuple[Counter, Counter]] = {}
+
+    def published_messages(self, queue: str, messages: int, received_bytes: int) -> None:
+        """Count messages published to ``queue`` and the bytes received for them."""
+        self._count_messages("publish", queue, messages, received_bytes)
+
+    def fetched_messages(self, queue: str, messages: int, sent_bytes: int) -> None:
+        """Count messages served from ``queue`` and their bytes."""
+        self._count_messages("fetch", queue, messages, sent_bytes)
+
+    def _count_messages(self, action: str, queue: str, messages: int, size: int) -> None:
+        counters = self._message_counters.get((action, queue))
+        if counters is None:
+            if action == "publish":
+                counters = (self.published.labels(queue), self.received_bytes.labels(action))
+            else:
+                counters = (self.fetched.labels(queue), self.sent_bytes.labels(action))
+            self._message_counters[(action, queue)] = counters
+        counters[0].inc(messages)
+        counters[1].inc(size)
 
     def answered(self, action: str, status: int, seconds: float, waited: float) -> None:
         """Count one answered request: ``seconds`` to answer it, ``waited`` of them in a

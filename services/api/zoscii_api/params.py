@@ -8,18 +8,21 @@ message, and the original replicator sends binary messages exactly that way
 * ``application/x-www-form-urlencoded`` bodies: whole when they are small (the usual
   publish), as a stream when they are large;
 * ``multipart/form-data`` bodies, through werkzeug's incremental (sans-IO) decoder;
+* ``application/vnd.zoscii.batch`` bodies: a batch publish as length-prefixed frames
+  (``parse_frames``), the cheap way to send many small messages;
 * any other body: the message itself (this project's raw-body publish).
 
 ``msg`` goes straight into an Upload on disk as it arrives, whatever its size; every
 other field is small and kept in memory, up to ``max_field_bytes``. Form values
 override query values, as PHP's ``$_REQUEST`` does. With ``batch=1`` (in the query, or a
 form field before the first ``msg``) every ``msg`` part of a multipart body is a message
-of its own, with its part headers (see ``BatchPart``).
+of its own, with its part headers (see ``BatchPart``); a framed body is always a batch.
 """
 
 from __future__ import annotations
 
 import binascii
+import io
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +40,11 @@ RAW_CHUNK = 1 << 20  # big reads: gunicorn copies its read-ahead buffer on every
 WHOLE_FORM_BYTES = 1 << 20  # urlencoded bodies up to this size are decoded in one go
 MSG = "msg"
 MAX_KEY_BYTES = 64
+BATCH_BODY = "application/vnd.zoscii.batch"
+FRAME_END = b"end"
+MAX_FRAME_HEADER = 1024  # "<length> n=...&r=...&ttl=...": a nonce is at most 128 bytes
+# A frame's options and the part headers a multipart batch carries them in.
+FRAME_OPTIONS = {"n": "x-zoscii-nonce", "r": "x-zoscii-retention", "ttl": "x-zoscii-ttl"}
 
 
 class Sink(Protocol):
@@ -52,15 +60,16 @@ class BatchPart:
     upload: Upload
     options: dict[str, str] = field(default_factory=dict)
 
-    @classmethod
-    def of(cls, upload: Upload, headers: Headers | None) -> BatchPart:
+    @staticmethod
+    def options_of(headers: Headers | None) -> dict[str, str]:
+        """A multipart part's ``X-ZOSCII-*`` headers, by lower-case name."""
         # One pass over the few headers of a part: Headers.get raises and catches a
         # KeyError for every absent name, three of them per message.
         options: dict[str, str] = {}
         for name, value in headers.items() if headers is not None else ():
             if name[:9].lower() == "x-zoscii-":
                 options.setdefault(name.lower(), value)
-        return cls(upload, options)
+        return options
 
 
 @dataclass
@@ -152,32 +161,46 @@ class ParamCollector:
         self.batch_budget = _Budget(max_batch_bytes)
         self.before_message = before_message
         self._buffer: _FieldBuffer | None = None
+        self._unchecked = True  # fields changed since before_message last saw them
 
     def open(self, name: str, headers: Headers | None = None) -> Sink:
         self.close()
-        if name == MSG:
-            if self.before_message is not None:
-                self.before_message(self.params.fields)
-            if self.params.batch is not None:
-                if len(self.params.batch) >= self.max_parts:
-                    raise InvalidInput(f"A batch holds at most {self.max_parts} messages.")
-                upload = self.new_upload()
-                self.params.batch.append(BatchPart.of(upload, headers))
-                return _Budgeted(upload, self.batch_budget)
-            if self.params.upload is not None:  # a repeated msg replaces the earlier one
-                self.params.upload.discard()
-            self.params.upload = self.new_upload()
-            return self.params.upload
-        self._buffer = _FieldBuffer(name, self.limit)
-        return self._buffer
+        if name != MSG:
+            self._buffer = _FieldBuffer(name, self.limit)
+            return self._buffer
+        if self.params.batch is not None:
+            return self.open_part(BatchPart.options_of(headers))
+        self._message_starts()
+        if self.params.upload is not None:  # a repeated msg replaces the earlier one
+            self.params.upload.discard()
+        self.params.upload = self.new_upload()
+        return self.params.upload
+
+    def open_part(self, options: dict[str, str]) -> Sink:
+        """The next message of a batch, with its own options (``BatchPart``)."""
+        assert self.params.batch is not None
+        self._message_starts()
+        if len(self.params.batch) >= self.max_parts:
+            raise InvalidInput(f"A batch holds at most {self.max_parts} messages.")
+        upload = self.new_upload()
+        self.params.batch.append(BatchPart(upload, options))
+        return _Budgeted(upload, self.batch_budget)
 
     def close(self) -> None:
         if self._buffer is not None:
             name, value = self._buffer.name, bytes(self._buffer.data)
             self.params.fields[name] = value
             self._buffer = None
+            self._unchecked = True
             if name == "batch":
                 self.start_batch(value)
+
+    def _message_starts(self) -> None:
+        """``before_message`` with the fields so far; again for a later message only when
+        fields came in between (a batch's thousand messages are admitted once)."""
+        if self.before_message is not None and self._unchecked:
+            self.before_message(self.params.fields)
+        self._unchecked = False
 
     def start_batch(self, flag: bytes) -> None:
         """``batch=1`` before the first message: every ``msg`` from now on is one more."""
@@ -369,6 +392,96 @@ def parse_multipart(stream: BinaryIO, boundary: str, collector: ParamCollector) 
                     sink = None
 
 
+class _FrameReader:
+    """A framed body read in big blocks: header lines and payload spans cut out of them."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.data = b""
+        self.at = 0
+
+    def _more(self) -> bool:
+        block = self.stream.read(RAW_CHUNK)
+        if not block:
+            return False
+        self.data = self.data[self.at :] + block if self.at < len(self.data) else block
+        self.at = 0
+        return True
+
+    def line(self) -> bytes | None:
+        """The next line without its LF; None when the body ends first."""
+        while True:
+            end = self.data.find(b"\n", self.at, self.at + MAX_FRAME_HEADER + 1)
+            if end >= 0:
+                line, self.at = self.data[self.at : end], end + 1
+                return line
+            if len(self.data) - self.at > MAX_FRAME_HEADER:
+                raise InvalidInput(
+                    f"Malformed batch body: a frame header longer than {MAX_FRAME_HEADER} bytes."
+                )
+            if not self._more():
+                return None
+
+    def copy(self, size: int, sink: Sink) -> None:
+        """The next ``size`` bytes into ``sink``, as they arrive."""
+        while size:
+            if self.at == len(self.data) and not self._more():
+                raise InvalidInput("Malformed batch body: it ends inside a message.")
+            take = min(size, len(self.data) - self.at)
+            sink.write(self.data[self.at : self.at + take])
+            self.at += take
+            size -= take
+
+    def at_end(self) -> bool:
+        return self.at == len(self.data) and not self._more()
+
+
+def parse_frames(stream: BinaryIO, collector: ParamCollector) -> None:
+    """A framed batch (``BATCH_BODY``): each message is a header line then its bytes,
+    and a line ``end`` closes the body::
+
+        <length>[ <options>]\n<length bytes>...end\n
+
+    ``<options>`` are urlencoded ``n``, ``r`` and ``ttl`` of that message, as a
+    multipart batch part's X-ZOSCII-* headers. No per-message parsing beyond that one
+    line (a multipart part costs a header block and a boundary search in Python). The
+    ``end`` line tells a whole body from one cut at a message's end."""
+    reader = _FrameReader(stream)
+    while True:
+        line = reader.line()
+        if line is None:
+            raise InvalidInput("Malformed batch body: it ends before its 'end' line.")
+        if line == FRAME_END:
+            if not reader.at_end():
+                raise InvalidInput("Malformed batch body: bytes after its 'end' line.")
+            return
+        size, _, options = line.partition(b" ")
+        if not size.isdigit() or len(size) > 19:
+            raise InvalidInput(
+                f"Malformed batch body: {line[:40]!r} is not '<length>[ <options>]'."
+            )
+        sink = collector.open_part(_frame_options(options, collector.limit))
+        reader.copy(int(size), sink)
+
+
+def _frame_options(raw: bytes, limit: int) -> dict[str, str]:
+    """A frame's ``n=..&r=..&ttl=..`` as BatchPart options; anything else is refused."""
+    if not raw:
+        return {}
+    options: dict[str, str] = {}
+    for name, value in query_fields(raw, limit).items():
+        header = FRAME_OPTIONS.get(name)
+        if header is None:
+            raise InvalidInput(
+                f"Malformed batch body: unknown frame option '{name}' (n, r and ttl are known)."
+            )
+        try:
+            options[header] = value.decode("ascii")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"Frame option '{name}' must be ASCII.") from None
+    return options
+
+
 def read_params(
     *,
     query: dict[str, bytes],
@@ -415,6 +528,22 @@ def read_params(
         raise
 
 
+def query_params(query: dict[str, bytes], new_upload: Callable[[], Upload]) -> RequestParams:
+    """A request without a body (most fetches): the query string is all there is, and
+    unless it carries a message or a batch flag, nothing to write or check."""
+    if MSG in query or "batch" in query:
+        return read_params(
+            query=query,
+            content_type=None,
+            content_length=0,
+            stream=io.BytesIO(),
+            has_body=False,
+            new_upload=new_upload,
+            max_field_bytes=0,
+        )
+    return RequestParams(fields=query)
+
+
 def _read_exactly(stream: BinaryIO, size: int) -> bytes:
     """The whole announced body: a read may return less (a slow client, a deadline's
     piece), so read until it is all there or the stream ends."""
@@ -450,9 +579,16 @@ def _read_body(
         if "boundary" not in options:
             raise InvalidInput("multipart/form-data without a boundary.")
         parse_multipart(stream, options["boundary"], collector)
+    elif mimetype == BATCH_BODY:
+        if query_msg is not None:
+            raise InvalidInput("A batch carries its messages in the body, not in 'msg'.")
+        collector.start_batch(b"1")
+        parse_frames(stream, collector)
     else:
         if params.batch is not None:
-            raise InvalidInput("A batch is a multipart/form-data body of 'msg' parts.")
+            raise InvalidInput(
+                f"A batch is a multipart/form-data body of 'msg' parts or a {BATCH_BODY} body."
+            )
         upload = params.upload = collector.new_upload()
         while chunk := stream.read(RAW_CHUNK):
             upload.write(chunk)

@@ -111,7 +111,7 @@ def message_response(
         stop = size if length == 0 or offset + length > size else offset + length
         headers |= {"X-ZOSCII-Offset": str(offset), "X-ZOSCII-Total-Length": str(size)}
         return _part(file, offset, stop, headers, status=200)
-    wanted = request.range
+    wanted = request.range if "HTTP_RANGE" in request.environ else None  # parsed only if sent
     if wanted is not None and wanted.units == "bytes" and len(wanted.ranges) == 1:
         # Other units and multiple ranges are ignored, as RFC 9110 allows: the whole message.
         span = wanted.range_for_length(size)

@@ -149,6 +149,8 @@ class ZosciiClient:
         # was answered; True: it answered with the name list; False: it answered as a
         # single publish (the original), so single publishes are made from then on.
         self.publish_batch_support: bool | None = None
+        # True once a batch reply listed the framed body in Accept-Post (publish_batch).
+        self.publish_frames = False
 
     def close(self) -> None:
         self.session.close()

@@ -1,4 +1,4 @@
-"""Batch publish: many messages in one request, as a streamed ``multipart/form-data`` body.
+"""Batch publish: many messages in one request, as a streamed body.
 
 The api's batch publish (this project's improvement; the original does not know it)::
 
@@ -7,6 +7,13 @@ The api's batch publish (this project's improvement; the original does not know 
 
     one part named "msg" per message, byte-exact, with optional part headers
     X-ZOSCII-Nonce: <nonce>   X-ZOSCII-Retention: <days>
+
+or, cheaper for the server to read (no part headers, no boundary to search for), the
+framed body ``FramedBody``::
+
+    Content-Type: application/vnd.zoscii.batch
+
+    <length>[ n=<nonce>&r=<days>]\n<length bytes>   per message, then   end\n
 
 answers the envelope with ``result`` = the names given, in order, ``null`` for a message
 whose nonce had been used already (nothing written for it). A batch is all or nothing:
@@ -21,11 +28,15 @@ request carries exactly one message, with its nonce and retention as ``n=`` and 
 often it is retried: a ``result`` list of one entry means batches work, ``[]`` means
 they do not, and from then on every message is a single publish.
 
-The body is ``MultipartBody``: the part headers in memory, the messages read from
-their bytes or files piece by piece as the request is sent, so a batch of large files
-costs one read block of memory. It has a length (the request carries Content-Length)
-and can be rewound, so a request that lost its connection is sent again whole, with
-the same nonces: a retry never stores a message twice.
+A server of this project that takes the framed body says so on every batch reply
+(``Accept-Post``, ``ZosciiClient.publish_frames``); until one did, batches are multipart,
+which every version of it reads.
+
+The body (``MultipartBody`` or ``FramedBody``): the framing in memory, the messages read
+from their bytes or files piece by piece as the request is sent, so a batch of large
+files costs one read block of memory. It has a length (the request carries
+Content-Length) and can be rewound, so a request that lost its connection is sent again
+whole, with the same nonces: a retry never stores a message twice.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from zosciimq.client.errors import NotZosciiReply
 from zosciimq.client.payload import MessageSource, Payload
@@ -73,14 +85,20 @@ class BatchItem:
     retention_days: int | None = None
 
 
-class MultipartBody:
-    """A ``multipart/form-data`` body of ``msg`` parts, read piece by piece.
+FRAMED_BATCH = "application/vnd.zoscii.batch"
+
+
+class BatchBody:
+    """A batch body of messages and their framing, read piece by piece.
 
     File-like for requests and urllib3: ``read``, ``tell``, ``seek`` (a retry rewinds
     it), ``len()`` (the Content-Length). Message bytes come from memory or from their
-    file at the moment they are sent; nothing else is buffered. The boundary is 128
-    random bits, so it does not occur in the messages (the server finds parts by it).
+    file at the moment they are sent; nothing else is buffered. ``parts``: each
+    message's payload and its options (``nonce``, ``retention``), which the two
+    formats spell their own way.
     """
+
+    content_type = ""
 
     def __init__(
         self,
@@ -88,7 +106,6 @@ class MultipartBody:
         *,
         on_read: Callable[[int], None] | None = None,
     ) -> None:
-        self.boundary = f"zoscii-{uuid.uuid4().hex}"
         self.count = len(parts)
         self.on_read = on_read
         self._starts: list[int] = []  # where each piece begins in the body
@@ -96,25 +113,12 @@ class MultipartBody:
         self._data_before: list[int] = []  # message bytes before each piece
         self._length = 0
         self._data = 0
-        for number, (payload, headers) in enumerate(parts, 1):
-            self._add(self._part_head(number, headers))
-            self._add(payload)
-            self._add(b"\r\n")
-        self._add(f"--{self.boundary}--\r\n".encode("ascii"))
         self._pos = 0
+        self._frame(parts)
 
-    @property
-    def content_type(self) -> str:
-        return f"multipart/form-data; boundary={self.boundary}"
-
-    def _part_head(self, number: int, headers: Mapping[str, str]) -> bytes:
-        lines = [
-            f"--{self.boundary}",
-            f'Content-Disposition: form-data; name="msg"; filename="m{number}"',
-            "Content-Type: application/octet-stream",
-            *(f"{key}: {value}" for key, value in headers.items()),
-        ]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+    def _frame(self, parts: Sequence[tuple[Payload, Mapping[str, str]]]) -> None:
+        """Add the pieces of the body: framing and payloads, in order (``_add``)."""
+        raise NotImplementedError
 
     def _add(self, piece: bytes | Payload) -> None:
         self._starts.append(self._length)
@@ -170,6 +174,49 @@ class MultipartBody:
     def _report(self) -> None:
         if self.on_read is not None:
             self.on_read(self.data_sent())
+
+
+class MultipartBody(BatchBody):
+    """``multipart/form-data``, one ``msg`` part per message: what every version of the
+    api reads. The boundary is 128 random bits, so it does not occur in the messages
+    (the server finds parts by it)."""
+
+    HEADERS = {"nonce": "X-ZOSCII-Nonce", "retention": "X-ZOSCII-Retention"}
+
+    def _frame(self, parts: Sequence[tuple[Payload, Mapping[str, str]]]) -> None:
+        self.boundary = f"zoscii-{uuid.uuid4().hex}"
+        self.content_type = f"multipart/form-data; boundary={self.boundary}"
+        for number, (payload, options) in enumerate(parts, 1):
+            self._add(self._part_head(number, options))
+            self._add(payload)
+            self._add(b"\r\n")
+        self._add(f"--{self.boundary}--\r\n".encode("ascii"))
+
+    def _part_head(self, number: int, options: Mapping[str, str]) -> bytes:
+        lines = [
+            f"--{self.boundary}",
+            f'Content-Disposition: form-data; name="msg"; filename="m{number}"',
+            "Content-Type: application/octet-stream",
+            *(f"{self.HEADERS[key]}: {value}" for key, value in options.items()),
+        ]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+
+
+class FramedBody(BatchBody):
+    """``application/vnd.zoscii.batch``: ``<length>[ n=..&r=..]\\n`` before each message
+    and ``end\\n`` after the last, which the api reads with a few C calls a message."""
+
+    KEYS = {"nonce": "n", "retention": "r"}
+    content_type = FRAMED_BATCH
+
+    def _frame(self, parts: Sequence[tuple[Payload, Mapping[str, str]]]) -> None:
+        for payload, options in parts:
+            head = str(payload.size)
+            if options:
+                head += " " + urlencode({self.KEYS[k]: v for k, v in options.items()})
+            self._add(f"{head}\n".encode("ascii"))
+            self._add(payload)
+        self._add(b"end\n")
 
 
 def _read_payload(payload: Payload, offset: int, size: int) -> bytes:
@@ -353,15 +400,18 @@ class BatchRun:
                 params["r"] = str(self.retention_days)
             for taken in chunk:
                 assert taken.payload is not None and taken.item.nonce is not None
-                headers = {"X-ZOSCII-Nonce": taken.item.nonce}
+                options = {"nonce": taken.item.nonce}
                 if taken.item.retention_days is not None:
-                    headers["X-ZOSCII-Retention"] = str(taken.item.retention_days)
-                parts.append((taken.payload, headers))
-        body = MultipartBody(parts, on_read=self._progress_within)
+                    options["retention"] = str(taken.item.retention_days)
+                parts.append((taken.payload, options))
+        kind = FramedBody if self.client.publish_frames and len(parts) > 1 else MultipartBody
+        body = kind(parts, on_read=self._progress_within)
         with self.client._exchange(
             "POST", params, body=body, headers={"Content-Type": body.content_type}
         ) as response:
             envelope = self.client._envelope(response)
+            if FRAMED_BATCH in response.headers.get("Accept-Post", ""):
+                self.client.publish_frames = True
         names = reply_names(envelope.result, len(chunk))
         if names is None:
             if self.client.publish_batch_support is not False:

@@ -9,7 +9,6 @@ behind but, after a hard crash, a temp file that claireup removes later.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -34,7 +33,7 @@ class Upload:
         self.max_bytes = max_bytes
         self.size = 0
         temp = data_dir.temp_str
-        self.temp_path = f"{temp}/{prefix}{uuid.uuid4().hex}{TEMP_SUFFIX}"
+        self.temp_path = f"{temp}/{prefix}{os.urandom(16).hex()}{TEMP_SUFFIX}"  # as uuid4().hex
         self._committed = False
         self._synced = False
         try:
