@@ -17,6 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e import mq
 from tests.e2e.conftest import E2E
 from tests.e2e.stack import Stack, network, wait_healthy
+from zosciimq.client import ZosciiClient
+from zosciimq.client.publish_batch import FramedBody, MultipartBody
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -71,6 +73,24 @@ def test_binary_messages_by_every_method_come_back_byte_exact_in_order(
     names = [name for name, _ in received]
     assert names == sorted(names) and len(set(names)) == len(names)
     assert all(name[19:23] == "0030" for name in names), names  # r=30 kept in the name
+
+
+def test_publish_many_sends_framed_batches_to_the_container_byte_exact(
+    stack: Stack, http: requests.Session
+) -> None:
+    """The client's batches through the image's gunicorn: the probe as a multipart form,
+    then, as its reply announced, framed bodies; every message back byte-exact, in order."""
+    messages = [*PAYLOADS.values(), b"12 n=x\nend\n", bytes(range(256)) * 300] * 3
+    with ZosciiClient(stack["api"].url()) as client:
+        bodies: list[object] = []
+        client.session.hooks["response"].append(
+            lambda response, **_: bodies.append(response.request.body)
+        )
+        results = client.publish_many("framed", messages, retention_days=30, batch_size=8)
+    assert [type(b) for b in bodies] == [MultipartBody, FramedBody, FramedBody, FramedBody]
+    received = mq.drain(http, stack["api"].url(), "framed")
+    assert [got for _, got in received] == messages
+    assert [r.name for r in results] == [name for name, _ in received]
 
 
 def test_an_empty_raw_body_is_an_empty_message(stack: Stack, http: requests.Session) -> None:

@@ -65,6 +65,7 @@ WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.
 READ_ONLY = "This server serves a read-only copy: writes are refused."
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]+")
+ADMITTED = "zoscii.admitted"  # environ: the (action, q) _admit last allowed
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -159,8 +160,7 @@ class Endpoint:
             action = params.text("action")
             if not action:
                 return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
-            if has_body:  # else the URL's action and q, admitted above, are all there is
-                self._admit(request, action, params.text("q"), client)
+            self._admit(request, action, params.text("q"), client)
             return self.actions.handler(action)(request, params)
         finally:
             params.close()
@@ -222,8 +222,18 @@ class Endpoint:
         """May this request run ``action`` (on ``raw_queue``)? Raises why not.
 
         Checked up to three times (the URL, the start of the message, the whole form),
-        the later ones with what the body added; a form field overrides the URL.
+        the later ones with what the body added; a form field overrides the URL. The
+        same question again (most often) has the same answer: not asked twice.
         """
+        environ = request.environ
+        if environ.get(ADMITTED) == (action, raw_queue):
+            return
+        self._check(request, action, raw_queue, client)
+        environ[ADMITTED] = (action, raw_queue)
+
+    def _check(
+        self, request: Request, action: str, raw_queue: str | None, client: Client | None
+    ) -> None:
         environ = request.environ
         environ["zoscii.action"] = _action_label(action)
         self.actions.handler(action)  # unknown or switched off
