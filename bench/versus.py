@@ -41,6 +41,7 @@ from bench.fill import message_names, write_messages
 from bench.harness import OperationFactory, run_clients
 from bench.original import OriginalServer, unavailable
 from bench.report import Comparison, Sample
+from zosciimq.client.publish_batch import FRAMED_BATCH
 from zosciimq.core.layout import DataDir
 
 log = logging.getLogger("bench.versus")
@@ -84,9 +85,6 @@ def php_urlencode(data: bytes) -> str:
 def publish_form(queue: str) -> bytes:
     """``action=publish&q=...&msg=<1 KB>`` as the original's own replicator sends it."""
     return f"action=publish&q={queue}&msg={php_urlencode(PAYLOAD_1K)}".encode()
-
-
-FRAMED = "application/vnd.zoscii.batch"
 
 
 def framed_batch_body() -> bytes:
@@ -305,7 +303,7 @@ def batch(ctx: Context) -> dict[str, Any]:
     original's single publish; then the multipart batch against the floor alone."""
     rounds, seconds = plan(ctx)
     workdir = ctx.fresh_dir("vs-batch")
-    framed = (framed_batch_body(), FRAMED)
+    framed = (framed_batch_body(), FRAMED_BATCH)
     multipart = (batch_body(), f"multipart/form-data; boundary={BOUNDARY}")
     details: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "messages_per_request": BATCH}
     with contenders(ctx, workdir) as c:
@@ -369,7 +367,7 @@ def batch_run(
     origin, _path, roots = endpoint(c, target)
 
     def queues(number: int) -> list[str]:
-        kind = "f" if body[1] == FRAMED else "m"  # the formats' runs share round numbers
+        kind = "f" if body[1] == FRAMED_BATCH else "m"  # the formats' runs share round numbers
         return [f"batch{clients}{kind}-r{number}-q{i}" for i in range(clients)]
 
     def work(number: int) -> load.Outcome:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import json
 import os
 import threading
 import tracemalloc
@@ -501,8 +502,53 @@ def test_a_server_that_does_not_announce_frames_gets_multipart_batches(
     messages = [os.urandom(50) for _ in range(12)]
     client.publish_many(queue, messages, batch_size=5)
     assert [type(r.body) for r in sent] == [MultipartBody] * 4
-    assert client.publish_frames is False
+    assert client.publish_frames is None
     assert [data for _, data in read_queue(client, queue)] == messages
+
+
+class EarlierApiBehindTheSameAddress(requests.adapters.HTTPAdapter):
+    """Mid rolling upgrade: the next framed batch reaches an api of the version before
+    frames, which refuses it as that version does (400, its own message, before
+    writing anything); everything else reaches the real, current api."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    def send(self, request: requests.PreparedRequest, **kwargs: object) -> requests.Response:
+        if request.headers.get("Content-Type") != "application/vnd.zoscii.batch":
+            return super().send(request, **kwargs)  # type: ignore[arg-type]
+        self.refused += 1
+        document = {
+            "system": "ZOSCII MQ",
+            "version": "1.0",
+            "error": "A batch is a multipart/form-data body of 'msg' parts.",
+            "message": "",
+            "result": [],
+        }
+        response = requests.Response()
+        response.status_code, response.request, response.url = 400, request, request.url or ""
+        response.headers["Content-Type"] = "application/json"
+        response.raw = io.BytesIO(json.dumps(document).encode())
+        return response
+
+
+def test_a_framed_batch_refused_by_an_earlier_api_goes_again_as_multipart(
+    client: ZosciiClient,
+) -> None:
+    queue = queue_name()
+    client.publish_many(queue, [b"probe"])  # learns that the api reads frames
+    assert client.publish_frames is True
+    earlier = EarlierApiBehindTheSameAddress()
+    client.session.mount(client.url, earlier)
+    sent = request_log(client)
+    messages = [os.urandom(40) for _ in range(9)]
+    results = client.publish_many(queue, messages, batch_size=3)
+    assert earlier.refused == 1 and client.publish_frames is False
+    assert [type(r.body) for r in sent] == [FramedBody] + [MultipartBody] * 3
+    got = read_queue(client, queue)
+    assert [data for _, data in got] == [b"probe", *messages]  # each once, in order
+    assert [r.name for r in results] == [name for name, _ in got[1:]]
 
 
 # --- the body itself --------------------------------------------------------------------

@@ -149,8 +149,9 @@ class ZosciiClient:
         # was answered; True: it answered with the name list; False: it answered as a
         # single publish (the original), so single publishes are made from then on.
         self.publish_batch_support: bool | None = None
-        # True once a batch reply listed the framed body in Accept-Post (publish_batch).
-        self.publish_frames = False
+        # Framed batch bodies (publish_batch): None until a batch reply listed them in
+        # Accept-Post (then True); False once one was refused (an earlier api version).
+        self.publish_frames: bool | None = None
 
     def close(self) -> None:
         self.session.close()

@@ -30,7 +30,9 @@ they do not, and from then on every message is a single publish.
 
 A server of this project that takes the framed body says so on every batch reply
 (``Accept-Post``, ``ZosciiClient.publish_frames``); until one did, batches are multipart,
-which every version of it reads.
+which every version of it reads. A framed batch refused by an api of an earlier version
+(a rolling upgrade behind one address: it refuses before writing anything) goes again
+as multipart, and so does every later batch of that client.
 
 The body (``MultipartBody`` or ``FramedBody``): the framing in memory, the messages read
 from their bytes or files piece by piece as the request is sent, so a batch of large
@@ -52,7 +54,7 @@ from urllib.parse import urlencode
 
 from zosciimq.client.errors import NotZosciiReply
 from zosciimq.client.payload import MessageSource, Payload
-from zosciimq.client.replies import Published
+from zosciimq.client.replies import Envelope, Published
 from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import parse_name
 
@@ -86,6 +88,8 @@ class BatchItem:
 
 
 FRAMED_BATCH = "application/vnd.zoscii.batch"
+# How an api that reads no framed body refuses one (400, before writing anything).
+MULTIPART_ONLY = "A batch is a multipart/form-data body of 'msg' parts."
 
 
 class BatchBody:
@@ -404,14 +408,18 @@ class BatchRun:
                 if taken.item.retention_days is not None:
                     options["retention"] = str(taken.item.retention_days)
                 parts.append((taken.payload, options))
-        kind = FramedBody if self.client.publish_frames and len(parts) > 1 else MultipartBody
-        body = kind(parts, on_read=self._progress_within)
-        with self.client._exchange(
-            "POST", params, body=body, headers={"Content-Type": body.content_type}
-        ) as response:
-            envelope = self.client._envelope(response)
-            if FRAMED_BATCH in response.headers.get("Accept-Post", ""):
-                self.client.publish_frames = True
+        framed = self.client.publish_frames is True and len(parts) > 1
+        try:
+            envelope = self._send(params, FramedBody if framed else MultipartBody, parts)
+        except InvalidInput as exc:
+            if not framed or MULTIPART_ONLY not in str(exc):
+                raise
+            # An api of an earlier version behind the same address (a rolling upgrade):
+            # it refused the body before writing anything, so the same batch goes again,
+            # and no batch of this client goes framed any more.
+            log.info("%s reads multipart batches only; multipart from now on", self.client.url)
+            self.client.publish_frames = False
+            envelope = self._send(params, MultipartBody, parts)
         names = reply_names(envelope.result, len(chunk))
         if names is None:
             if self.client.publish_batch_support is not False:
@@ -442,6 +450,25 @@ class BatchRun:
             ]
         self._acknowledge(chunk, published)
         yield from published
+
+    def _send(
+        self,
+        params: dict[str, str],
+        kind: type[BatchBody],
+        parts: Sequence[tuple[Payload, Mapping[str, str]]],
+    ) -> Envelope:
+        """One batch request; a reply naming the framed body in Accept-Post lets the
+        client send frames from then on, unless one was refused already."""
+        body = kind(parts, on_read=self._progress_within)
+        with self.client._exchange(
+            "POST", params, body=body, headers={"Content-Type": body.content_type}
+        ) as response:
+            envelope = self.client._envelope(response)
+            if self.client.publish_frames is None and FRAMED_BATCH in response.headers.get(
+                "Accept-Post", ""
+            ):
+                self.client.publish_frames = True
+        return envelope
 
     def _retention(self, item: BatchItem) -> int | None:
         return item.retention_days if item.retention_days is not None else self.retention_days
