@@ -266,7 +266,8 @@ def test_indexes_of_vanished_queues_and_stale_rebuild_leftovers(data_dir, clock,
     queues = QueueStore(data_dir, clock=clock)
     publish(queues, "kept", b"m", 5)
     publish(queues, "gone", b"m", 5)
-    assert data_dir.journal_path("gone").exists()  # created with the queue's first publish
+    assert data_dir.wal_path("gone").exists()  # created with the queue's first publish
+    data_dir.journal_path("gone").write_bytes(b"")  # as an earlier version left it
     for path in data_dir.queue_dir("gone").iterdir():
         path.unlink()
     data_dir.queue_dir("gone").rmdir()  # an operator removed the queue
@@ -282,14 +283,15 @@ def test_indexes_of_vanished_queues_and_stale_rebuild_leftovers(data_dir, clock,
 
     report = make_cleaner().run()
 
-    # a queue's journal goes with its index, and only then
-    assert not data_dir.index_path("gone").exists() and not data_dir.journal_path("gone").exists()
-    assert data_dir.index_path("kept").exists() and data_dir.journal_path("kept").exists()
+    # a queue's write-ahead log (and an old journal) goes with its index, and only then
+    assert not data_dir.index_path("gone").exists() and not data_dir.wal_path("gone").exists()
+    assert not data_dir.journal_path("gone").exists()
+    assert data_dir.index_path("kept").exists() and data_dir.wal_path("kept").exists()
     assert not old_tmp.exists() and young_tmp.exists()
     assert set(data_dir.locks.iterdir()) == locks_before  # lock files are never removed
     assert not data_dir.ttl_path("gone").exists() and not data_dir.usage_path("gone").exists()
     assert data_dir.ttl_path("kept").exists()
-    assert report.tally(AREA_INDEX).deleted == 5
+    assert report.tally(AREA_INDEX).deleted == 6
 
 
 def test_the_vanished_queue_rule_is_the_cores(data_dir, make_cleaner, monkeypatch) -> None:

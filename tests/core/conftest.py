@@ -6,7 +6,7 @@ import pytest
 
 from tests.support.queues import publish_body
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload
-from zosciimq.core.queues import Outgoing
+from zosciimq.core.outgoing import Outgoing
 
 
 class FakeClock:

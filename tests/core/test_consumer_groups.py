@@ -13,8 +13,8 @@ import pytest
 from zosciimq.core import DataDir, QueueStore, Upload
 from zosciimq.core import groups as groups_module
 from zosciimq.core.groups import ConsumerGroups, dead_letter_queue
+from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.policy import PolicySource
-from zosciimq.core.queues import Outgoing
 from zosciimq.errors import InvalidInput
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ import hashlib
 import itertools
 import os
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -19,11 +18,15 @@ import pytest
 
 from tests.core.conftest import publish_many, uploads_of
 from tests.support.publisher import payload
-from tests.support.queues import queue_contents
+from tests.support.queues import queue_contents, wal_records
 from zosciimq.core import DataDir, QueueStore, StorageFull, TryAgain
+from zosciimq.core import commit as commit_module
 from zosciimq.core import index as idx
 from zosciimq.core import queues as queues_module
-from zosciimq.core.queues import Outgoing
+from zosciimq.core.nonces import Nonces
+from zosciimq.core.outgoing import Outgoing
+from zosciimq.core.upload import INLINE_BYTES
+from zosciimq.core.wal import WriteAheadLog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,47 +66,51 @@ def test_each_message_has_its_own_nonce_and_retention(data_dir, queues) -> None:
     assert len(queue_contents(data_dir, "q")) == 3
 
 
-@pytest.mark.parametrize("fail_at", ["third rename", "nonce markers", "index flush"])
+@pytest.mark.parametrize(
+    "fail_at", ["index records", "log flush", "third rename", "third nonce marker"]
+)
 def test_a_batch_that_fails_midway_leaves_nothing(data_dir, queues, monkeypatch, fail_at) -> None:
+    """No space at any step: a 507 for the batch, nothing of it visible, on disk or in
+    the log (a recovery would otherwise make it again), and its retry stores it."""
     first = publish_many(queues, data_dir, "q", [b"kept"])[0].name
     full = OSError(errno.ENOSPC, "No space left on device")
-    real_rename = os.rename
-    renames = []
+    calls = []
 
-    def rename(*args, **kwargs):
-        renames.append(args)
-        if len(renames) == 3:
-            raise full
-        return real_rename(*args, **kwargs)
+    def third(real):
+        def fail_third(*args, **kwargs):
+            calls.append(args)
+            if len(calls) == 3:
+                raise full
+            return real(*args, **kwargs)
+
+        return fail_third
 
     def fail(*args, **kwargs):
         raise full
 
-    if fail_at == "third rename":
-        monkeypatch.setattr(os, "rename", rename)
-    elif fail_at == "nonce markers":
-        monkeypatch.setattr(os, "fsync", lambda fd: fail() if _is_nonce_dir(fd) else None)
+    if fail_at == "index records":
+        monkeypatch.setattr(idx.IndexFile, "write_records", fail)
+    elif fail_at == "log flush":
+        monkeypatch.setattr(WriteAheadLog, "sync", fail)
+    elif fail_at == "third rename":
+        monkeypatch.setattr(os, "rename", third(os.rename))
     else:
-        monkeypatch.setattr(idx.IndexFile, "sync", fail)
+        monkeypatch.setattr(Nonces, "_create", third(Nonces._create))
     with pytest.raises(StorageFull):
         publish_many(queues, data_dir, "q", [b"1", b"2", b"3", b"4"], nonces=list("abcd"))
     monkeypatch.undo()
     assert sorted(os.listdir(data_dir.queue_dir("q"))) == [first]
     assert not any(data_dir.nonce_path(n).exists() for n in "abcd")
     assert os.listdir(data_dir.temp) == []
+    logged = [b for r in wal_records(data_dir, "q") for b in r]
+    assert not {b"1", b"2", b"3", b"4"} & set(logged), "the failed batch is left in the log"
     retry = publish_many(queues, data_dir, "q", [b"1", b"2", b"3", b"4"], nonces=list("abcd"))
     assert not any(r.duplicate for r in retry)
     assert [b for _, b in queue_contents(data_dir, "q")] == [b"kept", b"1", b"2", b"3", b"4"]
 
 
-def _is_nonce_dir(fd: int) -> bool:
-    return stat.S_ISDIR(os.fstat(fd).st_mode) and os.readlink(f"/proc/self/fd/{fd}").endswith(
-        "/nonce"
-    )
-
-
 def test_a_batch_over_the_per_second_limit_asks_to_try_again(data_dir, queues, monkeypatch):
-    monkeypatch.setattr(queues_module, "MAX_COUNTER", 5)
+    monkeypatch.setattr(commit_module, "MAX_COUNTER", 5)
     with pytest.raises(TryAgain):
         publish_many(queues, data_dir, "q", [b"%d" % i for i in range(7)])
     assert os.listdir(data_dir.queue_dir("q")) == []
@@ -111,18 +118,10 @@ def test_a_batch_over_the_per_second_limit_asks_to_try_again(data_dir, queues, m
 
 
 def test_concurrent_publishers_share_commits_and_keep_ack_order(data_dir, queues, monkeypatch):
-    """16 threads x 40 publishes: fewer directory fsyncs than messages (groups formed),
+    """16 threads x 40 publishes: fewer log flushes than messages (groups formed),
     every message visible the moment its publish returns, and a publish that started
     after another returned always has the higher name."""
-    dir_syncs = [0]
-    real_fsync = os.fsync
-
-    def counting_fsync(fd: int) -> None:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            dir_syncs[0] += 1
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", counting_fsync)
+    flushes = _count_log_flushes(monkeypatch)
     spans: list[tuple[float, float, str]] = []
     invisible: list[str] = []
     start = threading.Barrier(16)
@@ -145,7 +144,7 @@ def test_concurrent_publishers_share_commits_and_keep_ack_order(data_dir, queues
     names = [name for _, _, name in spans]
     assert len(set(names)) == 640
     assert [n for n, _ in queue_contents(data_dir, "q")] == sorted(names)
-    assert dir_syncs[0] < 640, "no two publishers ever shared a commit"
+    assert flushes[0] < 640, "no two publishers ever shared a commit"
     by_end = sorted(spans, key=lambda span: span[1])
     ends = [ended for _, ended, _ in by_end]
     highest = list(itertools.accumulate((name for _, _, name in by_end), max))
@@ -155,39 +154,49 @@ def test_concurrent_publishers_share_commits_and_keep_ack_order(data_dir, queues
             assert highest[done_before - 1] < name, "a later publish got a lower name"
 
 
+def _count_log_flushes(monkeypatch) -> list[int]:
+    """Counts write-ahead log flushes: one per group commit."""
+    flushes = [0]
+    real_sync = WriteAheadLog.sync
+
+    def sync(self) -> None:
+        flushes[0] += 1
+        real_sync(self)
+
+    monkeypatch.setattr(WriteAheadLog, "sync", sync)
+    return flushes
+
+
+LARGE_B = b"B" * (INLINE_BYTES + 1)  # flushed on its own before it joins a group
+
+
 class _BehindAFlush:
-    """B publishes first and its upload flush is held (or made to fail) until
-    ``finish``; then A publishes to the same queue. Counts directory fsyncs: one per
-    group commit. ``results``: each body's name (or error) and its seconds."""
+    """B (a large message) publishes first and its upload flush is held (or made to
+    fail) until ``finish``; then A publishes to the same queue. Counts log flushes: one
+    per group commit. ``results``: each one's name (or error) and its seconds."""
 
     def __init__(self, monkeypatch, queues: QueueStore, data_dir: DataDir) -> None:
         self.queues, self.data_dir = queues, data_dir
         self.entered, self.release = threading.Event(), threading.Event()
         self.fail = False
-        self.dir_syncs = 0
-        self.results: dict[bytes, object] = {}
-        real_sync, real_fsync = queues_module.sync_uploads, os.fsync
+        self.results: dict[str, object] = {}
+        real_sync = queues_module.sync_uploads
 
-        def sync_uploads(uploads) -> None:
-            if any(_body(u) == b"B" for u in uploads):
+        def sync_uploads(uploads, **kwargs) -> None:
+            if any(u.size == len(LARGE_B) for u in uploads):
                 self.entered.set()
                 assert self.release.wait(30)
                 if self.fail:
                     raise OSError(errno.EIO, "injected upload flush failure")
-            real_sync(uploads)
-
-        def fsync(fd: int) -> None:
-            if stat.S_ISDIR(os.fstat(fd).st_mode):
-                self.dir_syncs += 1
-            real_fsync(fd)
+            real_sync(uploads, **kwargs)
 
         monkeypatch.setattr(queues_module, "sync_uploads", sync_uploads)
-        monkeypatch.setattr(os, "fsync", fsync)
+        self.flushes = _count_log_flushes(monkeypatch)
 
     def start(self) -> None:
-        self.slow = self._publish(b"B")
+        self.slow = self._publish("B", LARGE_B)
         assert self.entered.wait(10)
-        self.fast = self._publish(b"A")
+        self.fast = self._publish("A", b"A")
 
     def finish(self, *, fail: bool = False) -> None:
         self.fail = fail
@@ -200,43 +209,38 @@ class _BehindAFlush:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with self.queues._open.use("q") as files:
-                if files.lingerer is not None:
+                if files.lane.lingerer is not None:
                     return True
             time.sleep(0.005)
         return False
 
-    def _publish(self, body: bytes) -> threading.Thread:
+    def _publish(self, label: str, body: bytes) -> threading.Thread:
         def run() -> None:
             began = time.monotonic()
             try:
-                self.results[body] = publish_many(self.queues, self.data_dir, "q", [body])[0].name
+                self.results[label] = publish_many(self.queues, self.data_dir, "q", [body])[0].name
             except OSError as exc:
-                self.results[body] = exc
-            self.results[body + b" seconds"] = time.monotonic() - began
+                self.results[label] = exc
+            self.results[label + " seconds"] = time.monotonic() - began
 
         thread = threading.Thread(target=run)
         thread.start()
         return thread
 
 
-def _body(upload) -> bytes:
-    with open(upload.temp_path, "rb") as file:
-        return file.read()
-
-
 def test_a_leader_waits_for_a_publisher_still_flushing_its_upload(data_dir, monkeypatch):
     """B is still flushing when A could commit alone: A waits for B (not for the whole
-    linger), and one commit, one directory fsync, covers both, in arrival order."""
+    linger), and one commit, one log flush, covers both, in arrival order."""
     queues = QueueStore(data_dir, group_linger=20.0)
     publish_many(queues, data_dir, "q", [b"first"])  # the queue's directory exists
     race = _BehindAFlush(monkeypatch, queues, data_dir)
     race.start()
     assert race.lingering(), "A committed without waiting for B"
     race.finish()
-    assert race.dir_syncs == 1, "A and B were not committed together"
-    assert race.results[b"A"] < race.results[b"B"], "names out of arrival order"
-    assert race.results[b"A seconds"] < 10, "A waited out the linger instead of B's arrival"
-    assert [body for _, body in queue_contents(data_dir, "q")] == [b"first", b"A", b"B"]
+    assert race.flushes[0] == 1, "A and B were not committed together"
+    assert race.results["A"] < race.results["B"], "names out of arrival order"
+    assert race.results["A seconds"] < 10, "A waited out the linger instead of B's arrival"
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"first", b"A", LARGE_B]
 
 
 def test_a_leader_waits_no_longer_than_the_linger(data_dir, monkeypatch):
@@ -244,12 +248,12 @@ def test_a_leader_waits_no_longer_than_the_linger(data_dir, monkeypatch):
     race = _BehindAFlush(monkeypatch, queues, data_dir)
     race.start()
     race.fast.join(30)
-    name = race.results[b"A"]
+    name = race.results["A"]
     assert not race.fast.is_alive() and isinstance(name, str), "A waited for B's flush"
     assert _visible_now(data_dir, "q", name), "A answered before it was visible"
     race.finish()
-    assert name < race.results[b"B"]
-    assert [body for _, body in queue_contents(data_dir, "q")] == [b"A", b"B"]
+    assert name < race.results["B"]
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"A", LARGE_B]
 
 
 def test_a_publisher_whose_flush_fails_releases_the_lingering_leader(data_dir, monkeypatch):
@@ -258,8 +262,8 @@ def test_a_publisher_whose_flush_fails_releases_the_lingering_leader(data_dir, m
     race.start()
     assert race.lingering()
     race.finish(fail=True)
-    assert isinstance(race.results[b"B"], OSError)
-    assert race.results[b"A seconds"] < 10, "A waited out the linger for a publisher that failed"
+    assert isinstance(race.results["B"], OSError)
+    assert race.results["A seconds"] < 10, "A waited out the linger for a publisher that failed"
     assert [body for _, body in queue_contents(data_dir, "q")] == [b"A"]
     assert not os.listdir(data_dir.temp), "the failed upload was left behind"
 
@@ -336,42 +340,61 @@ class Died(BaseException):
     """A process dying right there: nothing unwinds that catches only Exception."""
 
 
-def test_a_group_cut_between_its_renames_is_removed_by_the_next(data_dir, queues, monkeypatch):
+def test_a_group_cut_before_its_record_is_logged_is_dropped_by_the_next(
+    data_dir, queues, monkeypatch
+):
+    kept = publish_many(queues, data_dir, "q", [b"kept"])[0].name
+
+    def die(*args, **kwargs):
+        raise Died
+
+    monkeypatch.setattr(WriteAheadLog, "append", die)
+    with pytest.raises(Died):
+        publish_many(queues, data_dir, "q", [b"1", b"2", b"3"], nonces=list("xyz"))
+    monkeypatch.undo()
+    # Nobody was answered and nothing was renamed: the next one to look drops the group.
+    assert queue_contents(data_dir, "q") == [(kept, b"kept")]
+    assert sorted(os.listdir(data_dir.queue_dir("q"))) == [kept]
+    assert not any(data_dir.nonce_path(n).exists() for n in "xyz")
+    retry = publish_many(queues, data_dir, "q", [b"1", b"2", b"3"], nonces=list("xyz"))
+    assert not any(r.duplicate for r in retry)
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"kept", b"1", b"2", b"3"]
+
+
+@pytest.mark.parametrize("renamed", [0, 2, 5])
+def test_a_group_cut_after_its_record_is_logged_is_finished_by_the_next(
+    data_dir, queues, monkeypatch, renamed
+):
+    """Logged means durable: the next one to look (here a reader) redoes the group
+    whole, from the log, whichever of its renames were done, and marks its nonces (a
+    retry is a duplicate)."""
     kept = publish_many(queues, data_dir, "q", [b"kept"])[0].name
     real_rename = os.rename
     renames = []
 
     def dying_rename(*args, **kwargs):
-        if len(renames) == 2:
+        if len(renames) == renamed:
             raise Died
         renames.append(args)
         return real_rename(*args, **kwargs)
 
-    monkeypatch.setattr(os, "rename", dying_rename)
-    with pytest.raises(Died):
-        publish_many(queues, data_dir, "q", [b"1", b"2", b"3", b"4", b"5"], nonces=list("vwxyz"))
-    monkeypatch.undo()
-    assert len(os.listdir(data_dir.queue_dir("q"))) == 3  # kept + two of the five
-    # The next one to look finds the dead group half there: it removes that half.
-    assert queue_contents(data_dir, "q") == [(kept, b"kept")]
-    assert sorted(os.listdir(data_dir.queue_dir("q"))) == [kept]
-    assert not any(data_dir.nonce_path(n).exists() for n in "vwxyz")
-    retry = publish_many(
-        queues, data_dir, "q", [b"1", b"2", b"3", b"4", b"5"], nonces=list("vwxyz")
-    )
-    assert not any(r.duplicate for r in retry)
-    assert [b for _, b in queue_contents(data_dir, "q")] == [b"kept", b"1", b"2", b"3", b"4", b"5"]
-
-
-def test_a_group_cut_after_all_its_renames_is_kept_by_the_next(data_dir, queues, monkeypatch):
-    def die(*args):
+    def die(*args, **kwargs):
         raise Died
 
-    monkeypatch.setattr(idx.IndexFile, "sync", die)
+    if renamed < 5:
+        monkeypatch.setattr(os, "rename", dying_rename)
+    else:  # every rename done, dies marking the nonces
+        monkeypatch.setattr(Nonces, "mark_many", die)
+    bodies = [b"1", b"2", b"3", b"4", b"5"]
     with pytest.raises(Died):
-        publish_many(queues, data_dir, "q", [b"1", b"2", b"3"], nonces=["x1", "x2", "x3"])
+        publish_many(queues, data_dir, "q", bodies, nonces=list("vwxyz"))
     monkeypatch.undo()
-    assert [b for _, b in queue_contents(data_dir, "q")] == [b"1", b"2", b"3"]
-    assert all(data_dir.nonce_path(n).exists() for n in ("x1", "x2", "x3"))
-    retry = publish_many(queues, data_dir, "q", [b"1", b"2", b"3"], nonces=["x1", "x2", "x3"])
-    assert all(r.duplicate for r in retry), "the retry of a kept group stored it again"
+    assert len(os.listdir(data_dir.queue_dir("q"))) == 1 + renamed
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"kept", *bodies]
+    assert all(data_dir.nonce_path(n).exists() for n in "vwxyz")
+    assert not [p for p in data_dir.temp.iterdir()], "an upload was left behind"
+    retry = publish_many(queues, data_dir, "q", bodies, nonces=list("vwxyz"))
+    assert all(r.duplicate for r in retry), "the retry of a finished group stored it again"
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"kept", *bodies]
+    after = publish_many(queues, data_dir, "q", [b"after"])[0].name
+    assert after > max(n for n, _ in queue_contents(data_dir, "q")[:-1]) and kept < after

@@ -10,6 +10,8 @@ import pytest
 from tests.core.conftest import publish_many, uploads_of
 from tests.support.queues import publish_body, queue_contents
 from zosciimq.core import DataDir, QueueStore
+from zosciimq.core.group_commit import Submission
+from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.policy import (
     DROP_OLDEST,
     REFUSE,
@@ -17,7 +19,6 @@ from zosciimq.core.policy import (
     QueueRule,
     parse_policy,
 )
-from zosciimq.core.queues import Outgoing, _Submission
 from zosciimq.errors import QueueFull
 from zosciimq.settings import SettingsError
 
@@ -239,7 +240,7 @@ def test_a_refused_publish_writes_nothing_of_itself_even_in_a_shared_commit(
     assert list(data_dir.temp.iterdir()) == []
 
     fits, over = (
-        _Submission(
+        Submission(
             [Outgoing(u, 1, n) for u, n in zip(uploads, nonces, strict=True)], threading.Lock()
         )
         for uploads, nonces in (
@@ -249,9 +250,9 @@ def test_a_refused_publish_writes_nothing_of_itself_even_in_a_shared_commit(
     )
     try:
         with queues._open.use("q") as files:  # one commit for both, as concurrent publishers
-            queues._commit(files, [fits, over])
+            queues.committer.commit(files, [fits, over])
     finally:
-        for message in [*fits.messages, *over.messages]:
+        for message in [*fits.work, *over.work]:
             message.upload.discard()
     assert fits.error is None and isinstance(over.error, QueueFull)
     contents = queue_contents(data_dir, "q")

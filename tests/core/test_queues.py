@@ -28,6 +28,7 @@ from zosciimq.core import (
 )
 from zosciimq.core import index as idx
 from zosciimq.core.locking import FileLock
+from zosciimq.core.nonces import Nonces
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,10 +145,10 @@ def test_a_publisher_dying_after_the_rename_is_finished_by_the_next(
     class Died(BaseException):
         pass
 
-    def die(*args: object) -> None:
+    def die(*args: object, **kwargs: object) -> None:
         raise Died
 
-    monkeypatch.setattr(idx.IndexFile, "sync", die)
+    monkeypatch.setattr(Nonces, "mark_many", die)
     with pytest.raises(Died):
         publish("orders", b"2", nonce="retry-token")
     header = idx.IndexFile.open(data_dir.index_path("orders")).header()
@@ -189,9 +190,9 @@ def test_a_reader_does_not_finish_a_publish_that_is_still_running(
         index.close()
 
 
-@pytest.mark.parametrize("step", ["write_records", "sync"])
+@pytest.mark.parametrize("step", ["write_records", "write_header"])
 def test_a_failed_index_write_leaves_nothing_behind(publish, data_dir, monkeypatch, step) -> None:
-    """Disk full before the renames (records) or after them (the index flush)."""
+    """Disk full writing the index, before anything else of the publish."""
 
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -168,12 +168,14 @@ def test_index_files_say_which_queue_they_belong_to(data_dir: DataDir) -> None:
     touch(data_dir.indexes / ".Bad Name.idx.0123.tmp")
     touch(data_dir.indexes / "Orders.idx")  # not a queue name: not the core's
     touch(data_dir.indexes / "orders.idx.bak")
+    touch(data_dir.indexes / "orders.journal")  # an earlier version's
     touch(data_dir.indexes / "format-v2")
     (data_dir.indexes / "sub.idx").mkdir()
 
     found = by_name(list(iter_index_files(data_dir)))
 
     assert (found["orders.idx"].kind, found["orders.idx"].queue) == (Kind.INDEX, "orders")
+    assert (found["orders.wal"].kind, found["orders.wal"].queue) == (Kind.WAL, "orders")
     assert (found["orders.journal"].kind, found["orders.journal"].queue) == (
         Kind.JOURNAL,
         "orders",

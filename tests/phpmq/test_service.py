@@ -25,7 +25,7 @@ from tests.phpmq import wire
 from tests.phpmq.conftest import GatewayProcess, clean_env, publish, queue_name
 from zosciimq.core import DataDir, QueueStore, Upload, parse_name
 from zosciimq.core.groups import ConsumerGroups
-from zosciimq.core.queues import Outgoing
+from zosciimq.core.outgoing import Outgoing
 
 REPO = Path(__file__).resolve().parents[2]
 

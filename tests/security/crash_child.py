@@ -1,13 +1,12 @@
 """A publisher that dies at a chosen step of QueueStore.publish, for the crash tests.
 
-Usage: python -m tests.security.crash_child DATA_DIR QUEUE STEP
+Usage: python -m tests.security.crash_child DATA_DIR QUEUE STEP [sync|interval]
 
 Publishes ``A`` (acknowledged: prints ``acked A <name>``), then ``B`` with nonce
-``n-QUEUE`` (see ``nonce_of``)
-and ``os._exit``s right after step STEP of that publish (see STEPS), without unwinding,
-flushing or releasing anything itself: as kill -9 would. With STEP ``acked`` it prints
-``acked B <name>`` and the trace of the durability-relevant calls B made, one JSON
-object a line, then exits the same way.
+``n-QUEUE`` (see ``nonce_of``) and a TTL, and ``os._exit``s right after step STEP of
+that publish (see STEPS), without unwinding, flushing or releasing anything itself: as
+kill -9 would. With STEP ``acked`` it prints ``acked B <name>`` and the trace of the
+durability-relevant calls B made, one JSON object a line, then exits the same way.
 """
 
 from __future__ import annotations
@@ -17,31 +16,35 @@ import json
 import os
 import stat
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.support.queues import publish_body
-from zosciimq.core import DataDir, QueueStore
-from zosciimq.core import queues as queues_module
+from zosciimq.core import DataDir, QueueStore, Upload
+from zosciimq.core.checkpoint import Durability, Mode
+from zosciimq.core.commit import QueueCommitter
 from zosciimq.core.index import IndexFile
 from zosciimq.core.nonces import Nonces
+from zosciimq.core.outgoing import Outgoing
+from zosciimq.core.wal import WriteAheadLog
 
-# In publish order. Each is "the state right after this call returned".
+# In publish order (docs/durability.md). Each is "the state right after this call returned".
 STEPS = (
-    "written",  # upload content written, not flushed (dies on entering the flush)
-    "synced",  # upload flushed, no lock taken yet
-    "pending",  # B's record written, invisible; the index header counts it as pending
-    "renamed",  # B renamed into the queue directory, directory not fsynced
-    "dir-synced",  # queue directory fsynced: B durable under its name
-    "nonce-marked",  # nonce marker created and its directory fsynced
-    "indexed",  # the index flushed (B's record durable, still invisible)
-    "header-cleared",  # header commits B (visible), pending cleared; about to return
+    "written",  # upload content written, not flushed; dies as its commit starts
+    "pending",  # B's record in the index, invisible; the header counts it as pending
+    "logged",  # B's record appended to the write-ahead log, not flushed
+    "log-flushed",  # the log flushed (sync durability): B durable from here
+    "renamed",  # B renamed into the queue directory (nothing flushed)
+    "nonce-marked",  # nonce marker created (not flushed)
+    "committed",  # the header commits B (visible), pending cleared; about to return
     "acked",  # publish returned (acknowledged)
 )
 
 BODY_A = b"A" * 5000 + bytes(range(256))
 BODY_B = b"B" * 7000 + bytes(range(255, -1, -1))
+TTL_SECONDS = 3600
 
 trace: list[dict[str, Any]] = []
 
@@ -60,14 +63,13 @@ def _path_of(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
 
-def _wrap(owner: Any, name: str, after: Callable[..., None] | None = None) -> None:
+def _wrap(owner: Any, name: str, after: Callable[..., None]) -> None:
     original = getattr(owner, name)
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        if after is not None:
-            after(*args, **kwargs)
+        after(*args, **kwargs)
         return result
 
     setattr(owner, name, wrapper)
@@ -75,7 +77,6 @@ def _wrap(owner: Any, name: str, after: Callable[..., None] | None = None) -> No
 
 def install(step: str) -> None:
     """Record B's calls; die right after ``step``."""
-    counts = {"write_header": 0}
 
     def record(event: str, **fields: Any) -> None:
         trace.append({"event": event, **fields})
@@ -87,8 +88,6 @@ def install(step: str) -> None:
         kind = "dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
         real_fsync(fd)
         record("fsync", kind=kind, path=_path_of(fd))
-        if step == "dir-synced" and kind == "dir" and "/queues/" in _path_of(fd):
-            die()
 
     def fdatasync(fd: int) -> None:
         real_fdatasync(fd)
@@ -113,38 +112,46 @@ def install(step: str) -> None:
 
     os.fsync, os.fdatasync, os.rename, os.open, os.pwrite = fsync, fdatasync, rename, open_, pwrite
 
-    original_sync = queues_module.sync_uploads
+    real_commit = QueueCommitter.commit
 
-    def sync(uploads: Any) -> None:
+    def commit(self: QueueCommitter, files: Any, group: Any) -> None:
         if step == "written":
             die()
-        original_sync(uploads)
-        if step == "synced":
-            die()
+        real_commit(self, files, group)
 
-    queues_module.sync_uploads = sync  # type: ignore[assignment]
+    QueueCommitter.commit = commit  # type: ignore[method-assign]
 
     def after_header(self: IndexFile, header: Any) -> None:
-        counts["write_header"] += 1
         if step == "pending" and header.pending:
             die()
-        if step == "header-cleared" and not header.pending and counts["write_header"] >= 2:
+        if step == "committed" and not header.pending:
             die()
 
     _wrap(IndexFile, "write_header", after_header)
-    _wrap(Nonces, "mark_many", lambda *a: die() if step == "nonce-marked" else None)
-    _wrap(IndexFile, "sync", lambda *a: die() if step == "indexed" else None)
+    _wrap(WriteAheadLog, "append", lambda *a, **k: die() if step == "logged" else None)
+    _wrap(WriteAheadLog, "sync", lambda *a, **k: die() if step == "log-flushed" else None)
+    _wrap(Nonces, "mark_many", lambda *a, **k: die() if step == "nonce-marked" else None)
+
+
+def publish_b(queues: QueueStore, queue: str) -> Any:
+    with Upload(queues.data_dir) as upload:
+        upload.write(BODY_B)
+        message = Outgoing(upload, 1, nonce_of(queue), time.time() + TTL_SECONDS)
+        return queues.publish_many(queue, [message])[0]
 
 
 def main() -> None:
     data_dir, queue, step = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    mode = Mode(sys.argv[4]) if len(sys.argv) > 4 else Mode.SYNC
     assert step in STEPS, step
     layout = DataDir(data_dir)
     layout.ensure()
-    queues = QueueStore(layout)
+    queues = QueueStore(layout, durability=Durability(mode=mode, checkpoint_seconds=600))
     print("acked A", publish_body(queues, queue, BODY_A).name, flush=True)
+    if mode is Mode.INTERVAL:  # more than the interval: A's log is flushed by now
+        time.sleep(10 * queues.durability.flush_interval)
     install(step)
-    result = publish_body(queues, queue, BODY_B, nonce=nonce_of(queue))
+    result = publish_b(queues, queue)
     assert not result.duplicate, "nonce already used: use a fresh queue name"
     print("acked B", result.name)
     for event in trace:

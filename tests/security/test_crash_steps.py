@@ -1,7 +1,7 @@
 """A publisher dying at every step of publish, as a process crash and as a power loss.
 
-``crash_child`` publishes A (acknowledged), then B with a nonce, and dies right after
-one step of B's publish (docs/durability.md lists them). Then:
+``crash_child`` publishes A (acknowledged), then B with a nonce and a TTL, and dies
+right after one step of B's publish (docs/durability.md lists them). Then:
 
 * process crash (kill -9): the volume as the dead process left it. What the page cache
   holds survives, so the outcome of every step is known exactly.
@@ -9,14 +9,17 @@ one step of B's publish (docs/durability.md lists them). Then:
   interval; right after the death its backing image is copied, and the copy is what a
   disk would hold had the power gone then: every write the file system had sent to the
   device, nothing only in its page cache. Mounting the copy replays the journal, as a
-  reboot would. (Without root, mkfs.ext4 or a free loop device this part is skipped.)
+  reboot would, and the recovery runs as after a reboot (another boot id). (Without
+  root, mkfs.ext4 or a free loop device this part is skipped.)
 
 In both, whatever recovers the queue (the next reader or publisher) must leave: A
 there and whole (it was acknowledged); B whole or absent, never torn; nothing a
-consumer saw before recovery preceded by a name appearing later; the nonce marked when
-B is there (so a retry does not store it twice), except where docs/durability.md says
-a power loss can lose the marker; no file in the queue directory a consumer cannot
-fetch; and the retry of B with its nonce leaves exactly one B.
+consumer saw before recovery preceded by a name appearing later; the nonce marked
+exactly when B is there (so a retry neither stores it twice nor is lost) and B's TTL
+known; no file in the queue directory a consumer cannot fetch; and the retry of B with
+its nonce leaves exactly one B. With ``interval`` durability a power loss may lose B
+even once acknowledged (never A, whose log was flushed by the checkpoint before B), and
+a B that cannot be proven whole is moved aside, not served.
 """
 
 from __future__ import annotations
@@ -36,24 +39,25 @@ from tests.security.crash_child import BODY_A, BODY_B, STEPS, nonce_of
 from tests.security.figures import TALLY
 from tests.support.queues import publish_body, queue_contents
 from zosciimq.core import DataDir, QueueStore
+from zosciimq.core import wal as walfile
 
 REPO = Path(__file__).resolve().parents[2]
 BODY_C = b"C" * 3000
+LOGGED = STEPS.index("logged")
 # Where B stands after each step: "absent", "present", or "either" (power loss only).
-AFTER_PROCESS_CRASH = {step: "absent" for step in STEPS[:3]} | {s: "present" for s in STEPS[3:]}
-AFTER_POWER_LOSS = (
-    {step: "absent" for step in STEPS[:3]}
-    | {"renamed": "either"}  # renamed, directory not yet fsynced
-    | {step: "present" for step in STEPS[4:]}
-)
-# The nonce marker is durable only from "nonce-marked" on: before, a retry after a power
-# loss may store B again (at least once, never lost; docs/durability.md).
-MARKER_MAY_BE_LOST = frozenset({"renamed", "dir-synced"})
+AFTER_PROCESS_CRASH = {s: "absent" if i < LOGGED else "present" for i, s in enumerate(STEPS)}
+AFTER_POWER_LOSS = {
+    s: "absent" if i < LOGGED else "either" if s == "logged" else "present"
+    for i, s in enumerate(STEPS)
+}
+AFTER_POWER_LOSS_INTERVAL = {s: "absent" if i < LOGGED else "either" for i, s in enumerate(STEPS)}
 
 
-def crash(data_dir: Path, queue: str, step: str) -> tuple[dict[str, str], list[dict]]:
+def crash(
+    data_dir: Path, queue: str, step: str, mode: str = "sync"
+) -> tuple[dict[str, str], list[dict]]:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.security.crash_child", str(data_dir), queue, step],
+        [sys.executable, "-m", "tests.security.crash_child", str(data_dir), queue, step, mode],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -84,11 +88,13 @@ def check_recovery(data_dir: Path, queue: str, acked: dict[str, str], step: str,
     b_there = others == [BODY_B]
     if expect != "either":
         assert b_there == (expect == "present"), f"B {expect} expected after {step}"
+    if "B" in acked and b_there:
+        assert acked["B"] in names
     marked = layout.nonce_path(nonce_of(queue)).exists()
-    if b_there and step not in MARKER_MAY_BE_LOST:
-        assert marked, "B is there but its nonce is not marked: a retry would store it twice"
-    if not b_there:
-        assert not marked, "the nonce is marked but B is not there: the retry would be lost"
+    assert marked == b_there, "the nonce marker and B disagree: a retry would be lost or doubled"
+    if b_there:
+        b_name = next(name for name, body in first if body == BODY_B)
+        assert b_name in QueueStore(layout).expiries(queue, [b_name]), "B's TTL was lost"
 
     c_name = publish_body(QueueStore(layout), queue, BODY_C).name  # the next publisher
     second = queue_contents(layout, queue)
@@ -98,11 +104,7 @@ def check_recovery(data_dir: Path, queue: str, acked: dict[str, str], step: str,
     # the client whose acknowledgement was lost
     retry = publish_body(QueueStore(layout), queue, BODY_B, nonce=nonce_of(queue))
     final = queue_contents(layout, queue)
-    copies = sum(body == BODY_B for _, body in final)
-    if marked or not b_there:
-        assert copies == 1 and retry.duplicate == b_there
-    else:
-        assert copies == 2  # the marker was lost with the power: stored again, not lost
+    assert sum(body == BODY_B for _, body in final) == 1 and retry.duplicate == b_there
     served = {name for name, _ in final}
     on_disk = {p.name for p in layout.queue_dir(queue).iterdir() if p.name.endswith(".bin")}
     assert on_disk == served, f"in the directory, never served: {on_disk - served}"
@@ -111,8 +113,9 @@ def check_recovery(data_dir: Path, queue: str, acked: dict[str, str], step: str,
 
 
 # A process per step; the fast tier crashes at the last step before B is there, the
-# first after which it is (its nonce marker not yet written), and after the acknowledgement.
-FAST_STEPS = frozenset({"pending", "renamed", "acked"})
+# first after which it is (logged, not flushed, not renamed), after the rename and after
+# the acknowledgement.
+FAST_STEPS = frozenset({"pending", "logged", "renamed", "acked"})
 
 
 @pytest.mark.parametrize(
@@ -144,60 +147,94 @@ def ext4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]
     run("umount", str(point))
 
 
-@pytest.mark.slow  # a loop-mounted ext4, copied and mounted again per step
-@pytest.mark.parametrize("step", STEPS)
-def test_power_loss_at_each_step(ext4: tuple[Path, Path], tmp_path: Path, step: str) -> None:
+def power_loss(
+    ext4: tuple[Path, Path], tmp_path: Path, queue: str, step: str, mode: str, expect: str
+) -> bool:
+    """Crash at ``step``, then recover a copy of the disk as after a reboot."""
     image, point = ext4
-    queue = f"p-{step}"
-    acked, _ = crash(point / "data", queue, step)
+    acked, _ = crash(point / "data", queue, step, mode)
     copy, after_reboot = tmp_path / "after-power-loss.img", tmp_path / "mnt"
     shutil.copyfile(image, copy)  # the disk as the power went
     after_reboot.mkdir()
     mounted = run("mount", "-o", "loop", str(copy), str(after_reboot))
     assert mounted.returncode == 0, mounted.stderr
+    real_boot = walfile.boot_id
+    walfile.boot_id = lambda: "a-boot-after-the-power-loss"  # type: ignore[assignment]
     try:
-        b_there = check_recovery(after_reboot / "data", queue, acked, step, AFTER_POWER_LOSS[step])
+        b_there = check_recovery(after_reboot / "data", queue, acked, step, expect)
+        suspects = after_reboot / "data" / ".zoscii" / "suspect" / queue
+        moved = sorted(p.read_bytes() for p in suspects.iterdir()) if suspects.exists() else []
+        assert len(moved) <= 1 and all(BODY_B.startswith(m) for m in moved), "moved: not B"
+        if mode == "sync":
+            assert not moved, "sync durability proved everything it acknowledged"
     finally:
+        walfile.boot_id = real_boot  # type: ignore[assignment]
         # The recovery's store may still hold its queue files open (they close when
         # idle): detach lazily then, or the copy stays mounted after the run.
         if run("umount", str(after_reboot)).returncode != 0:
             run("umount", "--lazy", str(after_reboot))
-    print(f"power loss after {step}: B {'there' if b_there else 'absent'}")
+    print(f"power loss after {step} ({mode}): B {'there' if b_there else 'absent'}")
+    return b_there
+
+
+@pytest.mark.slow  # a loop-mounted ext4, copied and mounted again per step
+@pytest.mark.parametrize("step", STEPS)
+def test_power_loss_at_each_step(ext4: tuple[Path, Path], tmp_path: Path, step: str) -> None:
+    power_loss(ext4, tmp_path, f"p-{step}", step, "sync", AFTER_POWER_LOSS[step])
+
+
+def test_an_acknowledged_message_outlives_a_power_loss_by_its_log_alone(
+    ext4: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The heart of the write-ahead log: B's file was never flushed, yet B is there."""
+    assert power_loss(ext4, tmp_path, "p-fast-acked", "acked", "sync", "present")
+
+
+@pytest.mark.parametrize("step", ["renamed", "acked"])
+def test_power_loss_with_interval_durability(
+    ext4: tuple[Path, Path], tmp_path: Path, step: str
+) -> None:
+    power_loss(ext4, tmp_path, f"i-{step}", step, "interval", AFTER_POWER_LOSS_INTERVAL[step])
+
+
+@pytest.mark.parametrize("step", ["logged", "committed"])
+def test_process_crash_with_interval_durability(tmp_path: Path, step: str) -> None:
+    """kill -9 loses nothing logged in ``interval`` either: the page cache survives."""
+    acked, _ = crash(tmp_path / "data", "q", step, "interval")
+    check_recovery(tmp_path / "data", "q", acked, step, AFTER_PROCESS_CRASH[step])
 
 
 def test_the_order_of_durable_steps(tmp_path: Path) -> None:
-    """The calls an acknowledged publish makes, in the order docs/durability.md gives."""
+    """The calls an acknowledged publish makes, in the order docs/durability.md gives,
+    and its only flush: one of the write-ahead log."""
     acked, trace = crash(tmp_path / "data", "q", "acked")
     name = acked["B"]
 
-    def position(event: str, **match: object) -> int:
+    def position(event: str, after: int = -1, **match: object) -> int:
         for number, entry in enumerate(trace):
-            if entry["event"] == event and all(
-                str(entry.get(k, "")).endswith(str(v)) for k, v in match.items()
+            if (
+                number > after
+                and entry["event"] == event
+                and all(str(entry.get(k, "")).endswith(str(v)) for k, v in match.items())
             ):
                 return number
-        raise AssertionError(f"no {event} {match} in {trace}")
+        raise AssertionError(f"no {event} {match} after {after} in {trace}")
 
-    index = "index/q.idx"
-    upload_synced = next(
-        n for n, e in enumerate(trace) if e["event"] == "fdatasync" and e["path"].endswith(".part")
+    index, wal = "index/q.idx", "index/q.wal"
+    records = next(
+        n for n, e in enumerate(trace) if e["event"] == "pwrite" and e["path"].endswith(index)
     )
-    appended = next(n for n, e in enumerate(trace) if e["event"] == "pwrite" and e["offset"] >= 512)
-    pending = position("pwrite", path=index, offset=0)
+    assert trace[records]["offset"] >= 512
+    pending = position("pwrite", records, path=index, offset=0)
+    logged = next(
+        n
+        for n, e in enumerate(trace)
+        if e["event"] == "pwrite" and e["path"].endswith(wal) and e["offset"] >= 4096
+    )
+    flushed = position("fdatasync", logged, path=wal)
     renamed = position("rename", dst=name)
-    dir_synced = position("fsync", kind="dir", path="queues/q")
     marker = position("create", path="nonce/n-q")
-    marker_synced = position("fsync", kind="dir", path="nonce")
-    flushed = position("fdatasync", path=index)
-    committed = max(n for n, e in enumerate(trace) if e["event"] == "pwrite" and e["offset"] == 0)
-    assert (
-        upload_synced
-        < appended
-        < pending
-        < renamed
-        < dir_synced
-        < marker
-        < marker_synced
-        < flushed
-        < committed
-    ), trace
+    committed = position("pwrite", marker, path=index, offset=0)
+    assert records < pending < logged < flushed < renamed < marker < committed, trace
+    flushes = [e for e in trace if e["event"] in ("fsync", "fdatasync")]
+    assert [e["path"].endswith(wal) for e in flushes] == [True], f"flushes: {flushes}"

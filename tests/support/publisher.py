@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from zosciimq.core import DataDir, QueueStore, Upload
-from zosciimq.core.queues import Outgoing
+from zosciimq.core.outgoing import Outgoing
 
 REPO = Path(__file__).resolve().parents[2]
 _print_lock = threading.Lock()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from zosciimq.client import QueueNotFound, ZosciiClient
 from zosciimq.core import DataDir, QueueStore, Upload
-from zosciimq.core.queues import PublishResult
+from zosciimq.core.outgoing import PublishResult
+from zosciimq.core.wal import WriteAheadLog
 
 
 def queue_name(prefix: str = "q") -> str:
@@ -64,3 +65,19 @@ def queue_contents(data_dir: Path | DataDir, queue: str) -> list[tuple[str, byte
         with file:
             out.append((name, file.read()))
     return out
+
+
+def wal_records(data_dir: Path | DataDir, queue: str) -> list[list[bytes]]:
+    """The bodies of each record after the checkpoint of a queue's write-ahead log (what
+    a recovery would redo); [] when it has none."""
+    layout = data_dir if isinstance(data_dir, DataDir) else DataDir(data_dir)
+    log = WriteAheadLog.open(str(layout.wal_path(queue)), create=False)
+    if log is None:
+        return []
+    try:
+        return [
+            [entry.data or b"" for entry in record.entries]
+            for record in log.records(log.header())
+        ]
+    finally:
+        log.close()

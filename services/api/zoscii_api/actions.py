@@ -33,7 +33,7 @@ from zosciimq.core import (
 )
 from zosciimq.core.names import clean_nonce, clean_pointer, clean_queue, clean_retention
 from zosciimq.core.nonces import scoped
-from zosciimq.core.queues import Outgoing
+from zosciimq.core.outgoing import Outgoing
 from zosciimq.errors import ActionDisabled, MissingMessage, QueueBlocked
 
 MAX_IDENTIFY_NAMES = 10_000

@@ -26,8 +26,8 @@ from zoscii_api.waiting import QueueWatcher
 from zoscii_api.work import WorkActions
 from zosciimq.core import DataDir, DataStore, QueueStore, ZosciiError
 from zosciimq.core.admin import QueueAdmin
+from zosciimq.core.clock import Clock, utc_now
 from zosciimq.core.groups import ConsumerGroups
-from zosciimq.core.queues import Clock, utc_now
 from zosciimq.errors import VolumeUnavailable
 
 log = logging.getLogger("zoscii.api")

@@ -18,7 +18,7 @@ from zoscii_claireup.cleaner import Clock, build_cleaner
 from zoscii_claireup.report import RunReport, log_summary
 from zoscii_claireup.service import Service
 from zoscii_claireup.settings import Settings
-from zosciimq.core.queues import utc_now
+from zosciimq.core.clock import utc_now
 from zosciimq.service import (
     EXIT_FAILED,
     EXIT_OK,

@@ -11,7 +11,7 @@ Why it cannot lose a publish or confuse a consumer:
   order, so a consumer whose pointer names a deleted message gets the next one;
 * a nonce marker is deleted only if, under its nonce lock, it is still old: one rolled
   back and written anew since the listing is young again;
-* a queue's index, journal and sidecars are deleted only when, under the queue lock, its
+* a queue's index, write-ahead log and sidecars are deleted only when, under the queue lock, its
   directory is gone (nobody can be using them then; the rule is the core's,
   ``zosciimq.core.orphans``); never otherwise;
 * lock files are never removed: a process waiting on the old inode would hold a lock
@@ -58,9 +58,9 @@ from zosciimq.core import (
     orphans,
     walk,
 )
+from zosciimq.core.clock import utc_now
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.nonces import Nonces
-from zosciimq.core.queues import utc_now
 from zosciimq.core.walk import Found, Kind
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class _Run:
 
     # --- the core's own data -----------------------------------------------------------
     def clean_indexes(self) -> None:
-        """Indexes, journals and sidecars of queues that no longer exist, torn rewrites."""
+        """Indexes, write-ahead logs and sidecars of queues that no longer exist, torn rewrites."""
         tally = self.report.tally(AREA_INDEX)
         for found in walk.iter_index_files(self.data_dir, self._on_error(tally)):
             self._tick(tally, "index")

@@ -19,7 +19,7 @@ from zoscii_claireup.metrics import ClaireupMetrics
 from zoscii_claireup.report import RunReport, log_summary
 from zoscii_claireup.settings import Settings, cron_trigger
 from zosciimq.core import DataDir
-from zosciimq.core.queues import utc_now
+from zosciimq.core.clock import utc_now
 from zosciimq.service import EXIT_OK, Health, OpsServer
 from zosciimq.service.ops import ops_app
 

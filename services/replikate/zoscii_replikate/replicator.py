@@ -43,8 +43,9 @@ from zoscii_replikate.settings import JobConfig
 from zosciimq.client import ReplyInfo, TransportOptions, TruncatedReply, ZosciiClient
 from zosciimq.client.errors import ZosciiClientError
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload, parse_name
+from zosciimq.core.clock import Clock, utc_now
 from zosciimq.core.errors import InvalidInput, StorageFull, TooLarge, ZosciiError
-from zosciimq.core.queues import Clock, Outgoing, utc_now
+from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.states import read_pointer, write_pointer
 from zosciimq.core.upload import remove_uploads, sync_uploads
 

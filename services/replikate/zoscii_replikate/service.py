@@ -25,7 +25,7 @@ from zoscii_replikate.metrics import ReplikateMetrics
 from zoscii_replikate.replicator import Replicator, RunOutcome, RunResult
 from zoscii_replikate.settings import JobConfig, Settings
 from zosciimq.core import DataDir
-from zosciimq.core.queues import Clock, utc_now
+from zosciimq.core.clock import Clock, utc_now
 from zosciimq.service import Health, OpsServer
 from zosciimq.service.ops import ops_app
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from zoscii_statissa.compute import compute_snapshot
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.spark import SparkScanner
+from zosciimq.core.clock import utc_now
 from zosciimq.core.layout import DataDir
-from zosciimq.core.queues import utc_now
 from zosciimq.service import (
     EXIT_FAILED,
     EXIT_OK,

@@ -27,7 +27,7 @@ from zoscii_statissa.compute import compute_snapshot
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.spark import SparkScanner, spark_conf
 from zosciimq.core import DataDir, QueueStore, Upload
-from zosciimq.core.queues import Outgoing
+from zosciimq.core.outgoing import Outgoing
 
 log = logging.getLogger("zoscii_statissa.class_archive")
 JVM_EXIT_SECONDS = 120

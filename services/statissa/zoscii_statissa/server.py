@@ -32,8 +32,8 @@ from zoscii_statissa.settings import Settings
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zoscii_statissa.spark import SparkScanner
 from zoscii_statissa.web import admin_panel, create_app
+from zosciimq.core.clock import Clock, utc_now
 from zosciimq.core.layout import DataDir
-from zosciimq.core.queues import Clock, utc_now
 from zosciimq.service.logs import formatter_for
 from zosciimq.service.ops import WsgiApp
 

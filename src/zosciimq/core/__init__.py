@@ -16,7 +16,8 @@ from zosciimq.core.errors import (
 )
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MessageName, parse_name
-from zosciimq.core.queues import FetchResult, Outgoing, PublishResult, QueueStore
+from zosciimq.core.outgoing import Outgoing, PublishResult
+from zosciimq.core.queues import FetchResult, QueueStore
 from zosciimq.core.store import DataStore, StoreResult
 from zosciimq.core.upload import Upload, sync_uploads
 

@@ -53,7 +53,8 @@ from zosciimq.core.names import (
     is_queue_name,
     parse_name,
 )
-from zosciimq.core.queues import Outgoing, QueueStore
+from zosciimq.core.outgoing import Outgoing
+from zosciimq.core.queues import QueueStore
 from zosciimq.core.upload import Upload
 from zosciimq.errors import Fenced
 

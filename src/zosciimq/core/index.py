@@ -18,8 +18,10 @@ The index is a cache of the directory, never the truth:
 * the header remembers the queue directory's mtime and inode as of the last change made
   through the index; when the directory says otherwise (another writer, the original PHP
   implementation, a crash, claireup) the index is rebuilt from a listing, under the lock;
-* ``pending`` counts records of a group between "names allocated" and "committed": if
-  its publisher died there, the next lock holder recovers (see QueueStore);
+* ``pending`` counts records of a group between "names allocated" and "committed", and
+  ``wal_off``/``wal_lsn`` say where in the queue's write-ahead log its record starts: if
+  its publisher died there, the next lock holder redoes it from the log or, when its
+  record never became whole, drops it (core.recovery);
 * a rebuild writes a new file, renames it over the old one and then marks the old one
   ``stale``, so a process holding the old one open knows to reopen the path.
 """
@@ -39,10 +41,12 @@ from zosciimq.core.names import NAME_LENGTH, is_message_name
 READ_ONLY_ERRORS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 HEADER_SIZE = 512
 RECORD_SIZE = NAME_LENGTH + 1  # name + "\n", so `tail` on an index is readable
-MAGIC = b"ZOSCII-INDEX-2 "
-# magic, last (64), committed (12), pending (6), journal bytes (10), dir mtime ns (20),
-# dir inode (20), stale (1), then the CRC-32 of everything before it (8 hex).
-_LINE = len(MAGIC) + 64 + 1 + 12 + 1 + 6 + 1 + 10 + 1 + 20 + 1 + 20 + 1 + 1
+MAGIC = b"ZOSCII-INDEX-3 "
+# magic, last (64), committed (12), pending (6), WAL offset (12) and sequence number (16)
+# of the pending group's record, dir mtime ns (20), dir inode (20), stale (1), then the
+# CRC-32 of everything before it (8 hex). An older version's header reads as unreadable:
+# the index is rebuilt once.
+_LINE = len(MAGIC) + 64 + 1 + 12 + 1 + 6 + 1 + 12 + 1 + 16 + 1 + 20 + 1 + 20 + 1 + 1
 _ZERO_NAME = " " * NAME_LENGTH
 
 
@@ -51,7 +55,8 @@ class IndexHeader:
     last: str = ""  # highest name ever allocated in this queue: the sequencer's floor
     committed: int = 0  # visible records
     pending: int = 0  # records of a group in flight (allocated, not yet committed)
-    journal: int = 0  # bytes of that group's nonce journal (see QueueStore)
+    wal_off: int = 0  # where that group's record starts in the write-ahead log (core.wal)
+    wal_lsn: int = 0
     dir_mtime_ns: int = 0
     dir_ino: int = 0
     stale: bool = False  # replaced by a rebuild: reopen the path
@@ -59,7 +64,8 @@ class IndexHeader:
     def encode(self) -> bytes:
         line = MAGIC + (
             f"{self.last or _ZERO_NAME:<64} {self.committed:012d} {self.pending:06d} "
-            f"{self.journal:010d} {self.dir_mtime_ns:020d} {self.dir_ino:020d} "
+            f"{self.wal_off:012d} {self.wal_lsn:016d} {self.dir_mtime_ns:020d} "
+            f"{self.dir_ino:020d} "
             f"{int(self.stale)}"
         ).encode("ascii")
         line += b" %08x" % zlib.crc32(line)
@@ -81,10 +87,11 @@ class IndexHeader:
             last=last,
             committed=int(text[65:77]),
             pending=int(text[78:84]),
-            journal=int(text[85:95]),
-            dir_mtime_ns=int(text[96:116]),
-            dir_ino=int(text[117:137]),
-            stale=text[138] == "1",
+            wal_off=int(text[85:97]),
+            wal_lsn=int(text[98:114]),
+            dir_mtime_ns=int(text[115:135]),
+            dir_ino=int(text[136:156]),
+            stale=text[157] == "1",
         )
 
     def matches(self, stat: os.stat_result) -> bool:

@@ -29,7 +29,8 @@ def leftover_path(path: str | os.PathLike[str]) -> str:
 
 
 INDEX_SUFFIX = ".idx"  # .zoscii/index/<queue>.idx
-JOURNAL_SUFFIX = ".journal"  # .zoscii/index/<queue>.journal
+JOURNAL_SUFFIX = ".journal"  # .zoscii/index/<queue>.journal: earlier versions' only
+WAL_SUFFIX = ".wal"  # .zoscii/index/<queue>.wal: the queue's write-ahead log (core.wal)
 TTL_SUFFIX = ".ttl"  # .zoscii/index/<queue>.ttl: expiry of messages published with a TTL
 USAGE_SUFFIX = ".usage"
 GROUP_SUFFIX = ".log"  # .zoscii/groups/<queue>/<group>.log: a consumer group's state
@@ -88,8 +89,27 @@ class DataDir:
         return self.indexes / f"{queue}{INDEX_SUFFIX}"
 
     def journal_path(self, queue: str) -> Path:
-        """The nonces of a publishing group in flight (see QueueStore)."""
+        """Where versions before the write-ahead log kept a group's nonces (removed with
+        the queue; nothing reads it any more)."""
         return self.indexes / f"{queue}{JOURNAL_SUFFIX}"
+
+    def wal_path(self, queue: str) -> Path:
+        """The queue's write-ahead log: its commits since the last checkpoint (core.wal)."""
+        return self.indexes / f"{queue}{WAL_SUFFIX}"
+
+    @property
+    def store_wal_path(self) -> Path:
+        """The store's write-ahead log (not in index/: "store" may be a queue's name)."""
+        return self.internal / "store.wal"
+
+    @property
+    def store_wal_lock_path(self) -> Path:
+        return self.locks / "store-wal.lock"
+
+    @property
+    def suspects(self) -> Path:
+        """Files a recovery could not prove whole, moved out of the way (core.recovery)."""
+        return self.internal / "suspect"
 
     def ttl_path(self, queue: str) -> Path:
         """Expiry times of a queue's messages that were published with a TTL."""

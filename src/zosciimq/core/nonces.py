@@ -58,18 +58,19 @@ class Nonces:
         """Create the marker durably; False when it already existed."""
         return bool(self.mark_many([nonce]))
 
-    def mark_many(self, nonces: Iterable[str]) -> list[str]:
+    def mark_many(self, nonces: Iterable[str], *, sync: bool = True) -> list[str]:
         """Create the markers, then flush their directory once; returns those created.
 
-        On an error the markers created so far are removed again, so none stays behind
-        without its message.
+        ``sync=False``: not flushed, for a commit whose write-ahead log record holds the
+        nonces (core.wal: a recovery marks them again). On an error the markers created
+        so far are removed again, so none stays behind without its message.
         """
         created: list[str] = []
         try:
             for nonce in nonces:
                 if self._create(nonce):
                     created.append(nonce)
-            if created:
+            if created and sync:
                 fsync_dir(self._dir)
         except OSError:
             self.unmark_many(created)

@@ -1,6 +1,6 @@
 """The core's own files of a queue that no longer exists: when they may go.
 
-A queue's index, journal and sidecars (``.zoscii/index/<q>.idx``, ``.journal``, ``.ttl``,
+A queue's index, write-ahead log and sidecars (``.zoscii/index/<q>.idx``, ``.wal``, ``.ttl``,
 ``.usage``) belong to its directory. An operator who removes ``queues/<q>/`` (or the
 original PHP server, which knows nothing of them) leaves them behind; they are safe to
 delete only when, under the queue lock, the directory is still gone: a publisher creates
@@ -20,7 +20,7 @@ from zosciimq.core.layout import DataDir
 from zosciimq.core.locking import FileLock
 from zosciimq.core.walk import Found, Kind
 
-QUEUE_FILES = frozenset({Kind.INDEX, Kind.JOURNAL, Kind.SIDECAR})
+QUEUE_FILES = frozenset({Kind.INDEX, Kind.JOURNAL, Kind.WAL, Kind.SIDECAR})
 
 
 def forget_if_vanished(data_dir: DataDir, found: Found, *, dry_run: bool = False) -> int | None:

@@ -22,7 +22,7 @@ pattern entry that matches, in file order; otherwise ``[default]``. Only one ent
 applies, and a key it does not set is taken from ``[default]``.
 
 Enforcement (``make_room``) runs inside the queue's publish commit, under the queue
-lock (``QueueStore._commit``), before names are allocated: the counts it checks are the
+lock (``core.commit``), before names are allocated: the counts it checks are the
 queue's message files as of that lock, kept in a small cache file
 ``.zoscii/index/<queue>.usage`` that is trusted only while it names the index header it
 was written with (committed count, last name, directory mtime and inode). Anything else
@@ -273,7 +273,6 @@ class Usage:
     head: int = 0
     count: int = 0
     bytes: int = 0
-    dropped: int = 0  # by this commit
 
     def encode(self) -> bytes:
         line = f"{self.key} {self.head} {self.count} {self.bytes}"
@@ -336,15 +335,18 @@ def make_room(
     index: idx.IndexFile,
     header: idx.IndexHeader,
     incoming: Sequence[tuple[int, int]],
-) -> list[QueueFull | None]:
+) -> tuple[list[QueueFull | None], list[str]]:
     """For each submission (messages, bytes) in commit order: None when it fits (after
-    dropping the oldest files with ``drop_oldest``), else the error it is refused with.
+    dropping the oldest files with ``drop_oldest``), else the error it is refused with;
+    and the names to drop.
 
-    ``usage`` loses what was dropped; the accepted submissions are the caller's to add
-    once they are written. Only indexed (older) messages are ever dropped.
+    The caller drops them once its group is logged (a group that fails drops nothing);
+    ``usage`` already counts them out, and the accepted submissions are the caller's to
+    add once they are written. Only indexed (older) messages are ever dropped.
     """
     count, size = usage.count, usage.bytes
     verdicts: list[QueueFull | None] = []
+    drops: list[str] = []
     for messages, nbytes in incoming:
         if _over(rule, messages, nbytes):
             verdicts.append(QueueFull(f"Queue '{queue}' cannot take this: {_limits(rule)}."))
@@ -354,17 +356,15 @@ def make_room(
             while _over(rule, count + messages, size + nbytes) and usage.head < header.committed:
                 name = index.record(usage.head)
                 usage.head += 1
-                path = os.path.join(queue_dir, name)
                 try:
-                    dropped = os.lstat(path).st_size
-                    os.unlink(path)
+                    dropped = os.lstat(os.path.join(queue_dir, name)).st_size
                 except (FileNotFoundError, ValueError):
                     continue
+                drops.append(name)
                 count -= 1
                 size -= dropped
                 usage.count -= 1
                 usage.bytes -= dropped
-                usage.dropped += 1
         if _over(rule, count + messages, size + nbytes):
             verdicts.append(
                 QueueFull(f"Queue '{queue}' is full ({_limits(rule)}); nothing was kept.")
@@ -373,7 +373,7 @@ def make_room(
         count += messages
         size += nbytes
         verdicts.append(None)
-    return verdicts
+    return verdicts, drops
 
 
 def _over(rule: QueueRule, messages: int, nbytes: int) -> bool:

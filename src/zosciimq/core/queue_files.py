@@ -1,7 +1,7 @@
 """The open files of each queue, kept between requests and closed when idle.
 
-Opening a queue's lock, index, directory and journal on every publish cost four opens
-and four closes per message. So each process keeps them open while a queue is in use:
+Opening a queue's lock, index, directory and write-ahead log on every publish cost four
+opens and four closes per message. So each process keeps them open while a queue is in use:
 ``OpenQueues.use(queue)`` hands out its ``QueueFiles``, which stay open for
 ``IDLE_SECONDS`` after their last use and are then closed by a background thread (so a
 process holding ten thousand queues does not hold ten thousand sets of descriptors,
@@ -13,17 +13,27 @@ reopened when they were replaced (a queue deleted and created again, an index re
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import resource
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from stat import S_ISDIR, S_ISLNK
 from typing import Any
 
 from zosciimq.core import index as idx
+from zosciimq.core.durable import ensure_dir
+from zosciimq.core.errors import QueueNotFound
+from zosciimq.core.group_commit import Lane
 from zosciimq.core.layout import DataDir
 from zosciimq.core.locking import FileLock, IdleCloser
+from zosciimq.core.wal import WriteAheadLog
+from zosciimq.errors import QueueUnusable
+
+log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 2.0
 
@@ -85,19 +95,21 @@ class SharedIndex:
 
 
 class QueueFiles:
-    """One queue's paths and open descriptors, and the turn its publishers take."""
+    """One queue's paths and open descriptors, and the lane its publishers take."""
 
     def __init__(self, data_dir: DataDir, name: str) -> None:
         self.name = name
         self.dir = str(data_dir.queue_dir(name))
         self.index_path = str(data_dir.index_path(name))
-        self.journal_path = str(data_dir.journal_path(name))
+        self.wal_path = str(data_dir.wal_path(name))
         self.lock = FileLock(data_dir.queue_lock_path(name))
         self.index = SharedIndex(self.index_path)
         self._dir_fd: int | None = None
         self._dir_ino = 0
-        self._journal_fd: int | None = None
-        self._journal_ino = 0
+        self._wal: WriteAheadLog | None = None
+        # The log was looked at since this process started (core.recovery): a reader
+        # checks once whether a crash left records to redo, then trusts the index.
+        self.wal_checked = False
         self._ttl_fd: int | None = None
         self._ttl_ino = 0
         # (index inode, committed, dir mtime, dir inode) of the header this process's last
@@ -108,14 +120,71 @@ class QueueFiles:
         self.usage_path = str(data_dir.usage_path(name))  # policy counts (core.policy)
         self.expiries = ExpiryTable(self.ttl_path)
         self.listed: idx.ListedIndex | None = None  # read-only volumes, see QueueStore
-        # Group commit (see QueueStore._submit): who waits, and whether one commits now.
-        self.turn = threading.Lock()
-        self.waiting: list[Any] = []
-        self.arriving = 0  # publishers flushing their uploads, about to join
-        self.lingerer: Any = None  # the submission of a leader waiting for them
-        self.committing = False
+        self.lane: Lane[Any, Any] = Lane()  # this process's publishers (core.group_commit)
         self.users = 0
         self.last_used = time.monotonic()
+
+    def dir_stat(self) -> os.stat_result:
+        """The queue directory's own stat: a link planted in queues/ is no queue of ours
+        (it would read and write outside the data directory)."""
+        try:
+            stat = os.lstat(self.dir)
+        except FileNotFoundError:
+            raise QueueNotFound(f"Queue '{self.name}' not found.") from None
+        if not S_ISDIR(stat.st_mode):
+            log.warning("queues/%s is not a directory (a link?): not served", self.name)
+            raise QueueNotFound(f"Queue '{self.name}' not found.")
+        return stat
+
+    def made_dir_stat(self) -> os.stat_result:
+        """The directory's stat (lock held), the directory created when missing."""
+        try:
+            return self.dir_stat()
+        except QueueNotFound:
+            if os.path.lexists(self.dir):
+                raise QueueUnusable(
+                    f"Queue '{self.name}' cannot be used: its path is not a directory "
+                    "of this server's data directory."
+                ) from None
+            ensure_dir(Path(self.dir))
+            return self.dir_stat()
+
+    def locked_index(self) -> idx.IndexFile:
+        """The queue's current index file (lock held), created when missing."""
+        try:
+            on_disk = os.lstat(self.index_path)
+            if S_ISLNK(on_disk.st_mode):  # not ours: never followed, replaced by a rebuild
+                log.warning("%s is a link: removed", self.index_path)
+                os.unlink(self.index_path)
+                raise FileNotFoundError
+            on_disk_ino: int | None = on_disk.st_ino
+        except FileNotFoundError:
+            ensure_dir(os.path.dirname(self.index_path))
+            on_disk_ino = None
+        index = self.index.borrow(create=True)
+        assert index is not None
+        if on_disk_ino is not None and index.ino == on_disk_ino and index.writable:
+            return index
+        # An orphan (deleted or replaced behind our back), or opened read-only while the
+        # volume was: open the path again.
+        self.index.give_back(index)
+        self.index.drop()
+        index = self.index.borrow(create=True)
+        assert index is not None
+        return index
+
+    def lock_is_held(self) -> bool:
+        """Whether a publisher holds the queue lock now (a kill -9 releases it). On a
+        volume that cannot be written nobody can be publishing."""
+        try:
+            if not self.lock.try_acquire():
+                return True
+        except OSError as exc:
+            if exc.errno in idx.READ_ONLY_ERRORS:
+                return False
+            raise
+        self.lock.release()
+        return False
 
     def dir_fd(self, ino: int) -> int:
         """The queue directory, open (lock held); ``ino`` is what the path is now."""
@@ -126,17 +195,16 @@ class QueueFiles:
             self._dir_ino = os.fstat(self._dir_fd).st_ino
         return self._dir_fd
 
-    def journal_fd(self) -> int:
-        """The group's nonce journal (lock held), reopened when its file was removed or
-        replaced (claireup removes the journal of a vanished queue; an operator may
-        remove .zoscii): recovery reads the path, so the writes must go there."""
-        if self._journal_fd is not None and not _names(self.journal_path, self._journal_ino):
-            self._close_fd("_journal_fd")
-        if self._journal_fd is None:
-            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            self._journal_fd = os.open(self.journal_path, flags, 0o644)
-            self._journal_ino = os.fstat(self._journal_fd).st_ino
-        return self._journal_fd
+    def wal(self, *, create: bool = True) -> WriteAheadLog | None:
+        """The queue's write-ahead log (lock held), made when missing, reopened when its
+        file was removed or replaced (a deleted queue, an operator clearing .zoscii):
+        recovery reads the path, so the records must go there."""
+        if self._wal is not None and not _names(self.wal_path, self._wal.ino):
+            self._wal.close()
+            self._wal = None
+        if self._wal is None:
+            self._wal = WriteAheadLog.open(self.wal_path, create=create)
+        return self._wal
 
     def ttl_fd(self) -> int:
         """The queue's expiry times, appended to (lock held)."""
@@ -150,8 +218,10 @@ class QueueFiles:
 
     def close(self) -> None:
         self._close_fd("_dir_fd")
-        self._close_fd("_journal_fd")
         self._close_fd("_ttl_fd")
+        if self._wal is not None:
+            self._wal.close()
+            self._wal = None
         self.index.drop()
 
     def _close_fd(self, attribute: str) -> None:
@@ -229,8 +299,8 @@ class OpenQueues(IdleCloser):
         self._mutex = threading.Lock()
         self._closer: threading.Thread | None = None
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        # Four descriptors per open queue; beyond the limit a queue's files live one call.
-        self.limit = 1024 if soft_limit < 0 else max(16, min(1024, soft_limit // 8))
+        # Five descriptors per open queue; beyond the limit a queue's files live one call.
+        self.limit = 1024 if soft_limit < 0 else max(16, min(1024, soft_limit // 10))
 
     @contextmanager
     def use(self, queue: str) -> Iterator[QueueFiles]:

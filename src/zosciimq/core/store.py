@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from zosciimq.core import walk
+from zosciimq.core.clock import utc_now
 from zosciimq.core.durable import ensure_dir, fsync_dir, raise_if_full, unlink_quietly
 from zosciimq.core.errors import MessageNotFound
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MessageName, new_name, parse_name
 from zosciimq.core.nonces import Nonces
-from zosciimq.core.queues import utc_now
 from zosciimq.core.upload import Upload, sync_uploads
 
 

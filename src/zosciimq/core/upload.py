@@ -1,9 +1,14 @@
-"""A message on its way in: streamed to ``queues/temp/``, size-checked, fsynced.
+"""A message on its way in: streamed to ``queues/temp/``, size-checked.
 
 The HTTP layer writes chunks into an Upload as they arrive (flat memory for any size),
 then hands it to the queue or the store, which renames it into place. An Upload that is
 never committed deletes itself, so an error or a client that goes away leaves nothing
 behind but, after a hard crash, a temp file that claireup removes later.
+
+A small message (up to ``INLINE_BYTES``) is also kept in memory: its commit copies it
+into the write-ahead log, which is what makes it durable, so its file is never flushed
+on its own (core.wal). A larger one is flushed before its commit (``sync_uploads``) and
+the log refers to the file.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from zosciimq.core.errors import TooLarge
 from zosciimq.core.layout import DataDir
 
 TEMP_SUFFIX = ".part"
+INLINE_BYTES = 64 << 10
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Upload:
-    __slots__ = ("_committed", "_fd", "_synced", "max_bytes", "size", "temp_path")
+    __slots__ = ("_committed", "_fd", "_synced", "inline", "max_bytes", "size", "temp_path")
 
     def __init__(
         self, data_dir: DataDir, max_bytes: int | None = None, *, prefix: str = ""
@@ -36,6 +42,7 @@ class Upload:
         self.temp_path = f"{temp}/{prefix}{os.urandom(16).hex()}{TEMP_SUFFIX}"  # as uuid4().hex
         self._committed = False
         self._synced = False
+        self.inline: bytearray | None = bytearray()  # the content, while it is small
         try:
             self._fd: int | None = os.open(self.temp_path, _CREATE, 0o644)
         except FileNotFoundError:
@@ -61,6 +68,11 @@ class Upload:
             raise_if_full(exc)
             raise
         self.size += len(chunk)
+        if self.inline is not None:
+            if self.size <= INLINE_BYTES:
+                self.inline += chunk
+            else:
+                self.inline = None
 
     def sync(self) -> None:
         """Flush the content; done before any lock is taken, as it is the slow part."""
@@ -96,11 +108,16 @@ class Upload:
         self.discard()
 
 
-def sync_uploads(uploads: Sequence[Upload]) -> None:
-    """Make the content of every upload durable and close it: a batch flushes together."""
+def sync_uploads(uploads: Sequence[Upload], *, directory: str | None = None) -> None:
+    """Make the content of every upload durable and close it: a batch flushes together.
+
+    ``directory`` (``queues/temp``): flush it too, so the uploads are found there under
+    their names after a power loss, for a log record that refers to them (core.wal)."""
     waiting = [u for u in uploads if not u._synced and u._fd is not None]
     try:
         sync_files([u._fd for u in waiting if u._fd is not None])
+        if waiting and directory is not None:
+            fsync_dir(directory)
     except OSError as exc:
         raise_if_full(exc)
         raise
@@ -109,6 +126,14 @@ def sync_uploads(uploads: Sequence[Upload]) -> None:
             os.close(upload._fd)
         upload._fd = None
         upload._synced = True
+
+
+def close_uploads(uploads: Sequence[Upload]) -> None:
+    """Close the uploads' files without flushing them: their content is in the log."""
+    for upload in uploads:
+        if upload._fd is not None:
+            os.close(upload._fd)
+            upload._fd = None
 
 
 def remove_uploads(data_dir: DataDir, prefix: str) -> int:

@@ -28,6 +28,7 @@ from zosciimq.core.layout import (
     LEFTOVER_SUFFIX,
     TTL_SUFFIX,
     USAGE_SUFFIX,
+    WAL_SUFFIX,
     DataDir,
 )
 from zosciimq.core.names import (
@@ -54,7 +55,8 @@ class Kind(StrEnum):
     NONCE = "nonce"  # a nonce marker (its name is the nonce)
     UPLOAD = "upload"  # a file in queues/temp: an upload in progress or a crash's leftover
     INDEX = "index"  # .zoscii/index/<q>.idx: Found.queue
-    JOURNAL = "journal"  # .zoscii/index/<q>.journal: Found.queue
+    JOURNAL = "journal"  # .zoscii/index/<q>.journal (earlier versions): Found.queue
+    WAL = "wal"  # .zoscii/index/<q>.wal, the queue's write-ahead log: Found.queue
     SIDECAR = "sidecar"  # .zoscii/index/<q>.ttl or <q>.usage (expiries, policy counts)
     LEFTOVER = "leftover"  # .zoscii/index/.<name>.<hex>.tmp: Found.queue when it can tell
 
@@ -174,7 +176,7 @@ def _index_file(entry: os.DirEntry[str]) -> Found:
 
 
 def _queue_of(name: str) -> tuple[Kind | None, str | None]:
-    """(kind, queue) for ``<q>.idx``, ``<q>.journal``, ``<q>.ttl``, ``<q>.usage``, else
+    """(kind, queue) for ``<q>.idx``, ``<q>.journal``, ``<q>.wal``, ``<q>.ttl``, ``<q>.usage``, else
     (None, None)."""
     for kind, suffix in _PER_QUEUE:
         if name.endswith(suffix):
@@ -187,6 +189,7 @@ def _queue_of(name: str) -> tuple[Kind | None, str | None]:
 _PER_QUEUE = (
     (Kind.INDEX, INDEX_SUFFIX),
     (Kind.JOURNAL, JOURNAL_SUFFIX),
+    (Kind.WAL, WAL_SUFFIX),
     (Kind.SIDECAR, TTL_SUFFIX),
     (Kind.SIDECAR, USAGE_SUFFIX),
 )

@@ -1,0 +1,134 @@
+"""Group commit: callers of one process that want the same slow commit share it.
+
+A commit's cost is mostly fixed (a lock across processes, one flush of the device), so
+callers that arrive while one is running wait, and when it ends one of them, the leader,
+commits everything that waited as one group. Nobody is answered before the commit that
+covers them. Used for a queue's publishers (``core.queues``), the store's
+(``core.store``) and a consumer group's settlements (``core.groups``).
+
+A ``Lane`` is one key's queue of waiting callers. Each caller waits on a condition of its
+own (over the lane's lock), so a commit wakes the callers it answered and the next
+leader, not every waiting thread. A caller that has announced itself (``arriving``) but
+is still doing its own slow part (flushing a large upload) is waited for by a leader, at
+most ``linger`` seconds, so one commit covers it too.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+W = TypeVar("W")  # what a caller brings
+R = TypeVar("R")  # what it gets back
+
+
+class Submission(Generic[W, R]):
+    """One caller's work, waiting for the commit that covers it."""
+
+    __slots__ = ("done", "error", "result", "wake", "work")
+
+    def __init__(self, work: W, turn: threading.Lock) -> None:
+        self.work = work
+        self.result: R | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.wake = threading.Condition(turn)
+
+    def fail(self, error: BaseException) -> None:
+        self.error, self.done = error, True
+
+
+class Lane(Generic[W, R]):
+    """The callers of one key in this process, and whether one of them commits now."""
+
+    __slots__ = ("arriving", "committing", "lingerer", "turn", "waiting")
+
+    def __init__(self) -> None:
+        self.turn = threading.Lock()
+        self.waiting: list[Submission[W, R]] = []
+        self.arriving = 0  # callers doing their own slow part, about to submit
+        self.lingerer: Submission[W, R] | None = None  # a leader waiting for them
+        self.committing = False
+
+    def arrive(self) -> None:
+        """A caller will submit soon (after its own slow part): a leader may wait for it."""
+        with self.turn:
+            self.arriving += 1
+
+    def left(self) -> None:
+        """A caller that arrived will not submit after all (its slow part failed)."""
+        with self.turn:
+            self._joined()
+
+    def _joined(self) -> None:
+        self.arriving -= 1
+        if self.lingerer is not None and not self.arriving:
+            self.lingerer.wake.notify()
+
+    def submit(
+        self,
+        work: W,
+        commit: Callable[[list[Submission[W, R]]], None],
+        *,
+        arrived: bool = False,
+        linger: float = 0.0,
+        take: Callable[[list[Submission[W, R]]], int] | None = None,
+    ) -> R:
+        """Wait for the commit that covers ``work``, leading one when it is our turn.
+
+        ``commit(group)`` must leave every submission of the group done (a result or an
+        error); an exception it raises is given to those it did not finish. ``take``
+        says how many of the waiting submissions (at least one) the next group holds;
+        default all. ``arrived``: this caller announced itself with ``arrive``.
+        """
+        submission: Submission[W, R] = Submission(work, self.turn)
+        with self.turn:
+            self.waiting.append(submission)
+            if arrived:
+                self._joined()
+            lingered = False
+            while not submission.done:
+                if self.committing or self.lingerer is not None:
+                    submission.wake.wait()  # done, or the next leader
+                    continue
+                if self.arriving and not lingered and linger > 0:
+                    lingered, self.lingerer = True, submission
+                    deadline = time.monotonic() + linger
+                    try:
+                        while self.arriving and (left := deadline - time.monotonic()) > 0:
+                            submission.wake.wait(left)
+                    finally:
+                        self.lingerer = None
+                    continue
+                count = max(1, take(self.waiting)) if take is not None else len(self.waiting)
+                group, self.waiting = self.waiting[:count], self.waiting[count:]
+                self.committing = True
+                self.turn.release()
+                try:
+                    _run(commit, group)
+                finally:
+                    self.turn.acquire()
+                    self.committing = False
+                    for answered in group:
+                        answered.wake.notify()
+                    if self.waiting:
+                        self.waiting[0].wake.notify()  # leads the next commit
+        if submission.error is not None:
+            raise submission.error
+        return submission.result  # type: ignore[return-value]
+
+
+def _run(commit: Callable[[list[Submission[W, R]]], None], group: list[Submission[W, R]]) -> None:
+    try:
+        commit(group)
+    except BaseException as exc:
+        first = True
+        for submission in group:
+            if not submission.done:
+                submission.fail(exc if first else copy.copy(exc))
+                first = False
+    for submission in group:
+        submission.done = True

@@ -1,0 +1,434 @@
+"""The write-ahead log: why a durable publish costs one device flush and no journal commit.
+
+Making a new file durable the POSIX way (flush it, rename it, flush its directory, flush
+the index) costs the file system three journal commits. A commit writes its records
+into a log file that was allocated and zero-filled once and never changes size, and
+flushes only that: ``fdatasync`` of blocks that already exist writes the data and one
+cache flush, no metadata. Only then are the ``.bin`` files, nonce markers and index
+records written, none of them flushed; a checkpoint makes them durable later, in bulk
+(``core.checkpoint``), and recovery redoes from the log whatever a power loss took
+(``core.recovery``). PostgreSQL's WAL, SQLite's WAL mode and Kafka's log work this way.
+
+One log per queue (``.zoscii/wal/<queue>.wal``), and one for the store, written under
+the same lock as the commit it records: so a queue's records are in the order of its
+names, across every process and container on the volume, and losing the unflushed end
+of a log (``interval`` durability, a power loss) loses the newest messages, never a
+message before a kept one.
+
+The file is a ring. Two 512-byte header slots (written alternately, each with a CRC,
+so a torn one leaves the other) hold the checkpoint (where recovery starts: offset and
+sequence number), the tail (where the next record goes) and the boot id of the last
+writer; records follow from ``DATA_START``. A record is a 24-byte head (magic, sequence
+number, length, flags, CRC-32 of all of it) and a body; recovery follows the chain from
+the checkpoint while each record is whole and numbered one past the last, so a torn
+record, zeros or an older lap's record all end it. A record that does not fit before
+the end is preceded by a ``WRAP`` record (or by too little room for one) and written at
+``DATA_START``. The writer never overwrites the records after the checkpoint: when the
+ring is full the caller checkpoints at once or grows the log (``LogFull``).
+
+Everything here runs with the owner's lock held; nothing is shared between threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+
+DATA_START = 4096
+SLOT_SIZE = 512
+MAGIC = b"ZOSCII-WAL-1 "
+RECORD_MAGIC = b"ZWR1"
+_HEAD = struct.Struct("<4sQIII")  # magic, lsn, body length, flags, crc32
+HEAD_SIZE = _HEAD.size
+WRAP = 1  # the record is a marker: the chain goes on at DATA_START
+INITIAL_SIZE = 1 << 20
+MAX_SIZE = 256 << 20
+_ZEROS = bytes(1 << 16)
+
+
+class LogFull(Exception):
+    """The record does not fit in the free part of the ring: checkpoint (or grow), retry."""
+
+
+class LogCorrupt(Exception):
+    """Neither header slot is whole: the file was never finished (a crash while it was
+    being created), or it is not ours."""
+
+
+@cache
+def boot_id() -> str:
+    """This boot of the machine's kernel (shared by its containers): a log written under
+    another one may have lost what it had not flushed, as after a power loss."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as file:
+            return file.read().strip()[:36]
+    except OSError:
+        return "unknown"
+
+
+@dataclass
+class LogHeader:
+    generation: int = 0
+    size: int = INITIAL_SIZE
+    ckpt_off: int = DATA_START
+    ckpt_lsn: int = 1
+    tail_off: int = DATA_START
+    tail_lsn: int = 1
+    boot: str = ""
+    # Written in ``interval`` durability since the checkpoint: after a power loss, files
+    # newer than the log's last whole record may be torn (core.recovery moves them aside).
+    relaxed: bool = False
+    # The highest name the checkpoint covers (a queue's; "" for the store): names above
+    # it are only as durable as the log records after the checkpoint.
+    ckpt_last: str = ""
+
+    @property
+    def empty(self) -> bool:
+        """No record after the checkpoint."""
+        return self.tail_lsn == self.ckpt_lsn
+
+    def encode(self) -> bytes:
+        line = MAGIC + (
+            f"{self.generation:012d} {self.size:012d} {self.ckpt_off:012d} "
+            f"{self.ckpt_lsn:016d} {self.tail_off:012d} {self.tail_lsn:016d} "
+            f"{self.boot or '-':<36} {int(self.relaxed)} {self.ckpt_last or '-':<72}"
+        ).encode("ascii")
+        line += b" %08x" % zlib.crc32(line)
+        return line.ljust(SLOT_SIZE - 1) + b"\n"
+
+    @classmethod
+    def decode(cls, raw: bytes) -> LogHeader | None:
+        if not raw.startswith(MAGIC):
+            return None
+        body = raw.partition(b"\n")[0]
+        line, _, crc = body.rstrip(b" ").rpartition(b" ")
+        try:
+            if int(crc, 16) != zlib.crc32(line):
+                return None
+            fields = line[len(MAGIC) :].decode("ascii").split()
+            gen, size, ckpt_off, ckpt_lsn, tail_off, tail_lsn, boot, relaxed, last = fields
+            return cls(
+                generation=int(gen),
+                size=int(size),
+                ckpt_off=int(ckpt_off),
+                ckpt_lsn=int(ckpt_lsn),
+                tail_off=int(tail_off),
+                tail_lsn=int(tail_lsn),
+                boot="" if boot == "-" else boot,
+                relaxed=relaxed == "1",
+                ckpt_last="" if last == "-" else last,
+            )
+        except ValueError:
+            return None
+
+
+@dataclass
+class Entry:
+    """One message a commit makes: where it goes and how to make it again.
+
+    ``path`` is relative to the data directory (``queues/<q>/<name>`` or a store path).
+    Its bytes are in the record (``data``), or, for a large message, in the upload file
+    ``temp`` (relative too), whose content was flushed before the record was written.
+    """
+
+    path: str
+    size: int
+    data: bytes | None = None
+    temp: str = ""
+    nonce: str = ""
+    expires_ms: int | None = None  # a queue message's TTL (the queue's .ttl file)
+
+
+@dataclass
+class Record:
+    """What recovery needs to redo one commit (a group of publishes, a store, a batch)."""
+
+    queue: str  # "" for the store
+    entries: list[Entry] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # names the queue policy removed
+    lsn: int = 0
+    offset: int = 0
+    end: int = 0  # where the next record starts
+    prior: tuple[int, int] = (0, 0)  # the log's tail before it was appended (take_back)
+    _encoded: bytes | None = field(default=None, repr=False, compare=False)
+
+    def size(self) -> int:
+        """Bytes the record takes in a log."""
+        return _align(HEAD_SIZE + len(self.encode()))
+
+    def encode(self) -> bytes:
+        if self._encoded is not None:
+            return self._encoded
+        meta = {
+            "q": self.queue,
+            "m": [
+                [e.path, e.size, e.data is not None, e.temp, e.nonce, e.expires_ms]
+                for e in self.entries
+            ],
+            "d": self.dropped,
+        }
+        head = json.dumps(meta, separators=(",", ":")).encode("utf-8")
+        parts = [struct.pack("<I", len(head)), head]
+        parts.extend(e.data for e in self.entries if e.data is not None)
+        self._encoded = b"".join(parts)
+        return self._encoded
+
+    @classmethod
+    def decode(cls, body: bytes, lsn: int, offset: int) -> Record:
+        (length,) = struct.unpack_from("<I", body)
+        meta = json.loads(body[4 : 4 + length])
+        position = 4 + length
+        entries = []
+        for path, size, inline, temp, nonce, expires_ms in meta["m"]:
+            data = None
+            if inline:
+                data = body[position : position + size]
+                position += size
+            entries.append(Entry(path, size, data, temp, nonce, expires_ms))
+        return cls(meta["q"], entries, list(meta["d"]), lsn, offset)
+
+
+def read_header(raw: bytes) -> LogHeader | None:
+    """The newer whole one of the two header slots at the start of ``raw``."""
+    slots = (LogHeader.decode(raw[:SLOT_SIZE]), LogHeader.decode(raw[SLOT_SIZE : 2 * SLOT_SIZE]))
+    whole = [slot for slot in slots if slot is not None]
+    return max(whole, key=lambda h: h.generation) if whole else None
+
+
+def _align(offset: int) -> int:
+    return (offset + 7) & ~7
+
+
+class WriteAheadLog:
+    """One open log file. The caller holds the lock of what it records (queue, store)."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+        self.ino = os.fstat(fd).st_ino
+
+    @classmethod
+    def open(cls, path: str, *, create: bool) -> WriteAheadLog | None:
+        """The log at ``path``; made (zero-filled, flushed) when missing and ``create``."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            if not create:
+                return None
+            return cls._create(path)
+        log = cls(fd, path)
+        try:
+            log.header()
+        except LogCorrupt:
+            if not create:
+                log.close()
+                return None
+            log._format(INITIAL_SIZE)  # never finished: nothing in it was ever flushed
+        return log
+
+    @classmethod
+    def _create(cls, path: str) -> WriteAheadLog:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        try:
+            fd = os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+            )
+        except FileExistsError:  # made meanwhile by a process not holding our lock: ours now
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        log = cls(fd, path)
+        log._format(INITIAL_SIZE)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return log
+
+    def _format(self, size: int) -> None:
+        """Zero-fill ``size`` bytes and write a fresh header, flushed: from here on a
+        flush of the log writes no metadata (its blocks exist and its size is fixed)."""
+        self._zero_fill(0, size)
+        header = LogHeader(size=size, boot=boot_id())
+        self._write_slots(header)
+        os.fsync(self.fd)
+
+    def _zero_fill(self, start: int, end: int) -> None:
+        position = start
+        while position < end:
+            position += os.pwrite(self.fd, _ZEROS[: min(len(_ZEROS), end - position)], position)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    # --- the header ---------------------------------------------------------------------
+    def header(self) -> LogHeader:
+        header = read_header(os.pread(self.fd, 2 * SLOT_SIZE, 0))
+        if header is None:
+            raise LogCorrupt(f"{self.path}: no whole header")
+        return header
+
+    def write_header(self, header: LogHeader) -> LogHeader:
+        """Write the next generation of ``header`` into the slot not holding the current
+        one (not flushed: the caller's flush of the log carries it)."""
+        header = replace(header, generation=header.generation + 1, boot=boot_id())
+        os.pwrite(self.fd, header.encode(), (header.generation % 2) * SLOT_SIZE)
+        return header
+
+    def _write_slots(self, header: LogHeader) -> None:
+        os.pwrite(self.fd, header.encode() * 2, 0)
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
+
+    # --- appending -------------------------------------------------------------------------
+    def append(self, header: LogHeader, record: Record, *, relaxed: bool = False) -> LogHeader:
+        """Write ``record`` at the tail and the header that counts it (both unflushed).
+
+        Raises LogFull, writing nothing, when the free part of the ring is too small
+        (``make_room`` after a checkpoint). ``relaxed``: the writer answers before the
+        log is flushed (``interval`` durability; see LogHeader.relaxed). Returns the new
+        header; ``record.lsn``, ``record.offset`` and ``record.end`` are set.
+        """
+        body = record.encode()
+        need = record.size()
+        place = _place(header, need)
+        if place is None:
+            raise LogFull(f"{self.path}: {need} bytes do not fit")
+        wrap_at, offset = place
+        lsn = header.tail_lsn
+        record.prior = (header.tail_off, header.tail_lsn)
+        if wrap_at is not None and wrap_at + HEAD_SIZE <= header.size:
+            os.pwrite(self.fd, _head(lsn, b"", WRAP), wrap_at)
+            lsn += 1  # (with less room than a head left, recovery goes round by itself)
+        os.pwrite(self.fd, _head(lsn, body, 0) + body, offset)
+        record.lsn, record.offset, record.end = lsn, offset, offset + need
+        return self.write_header(
+            replace(
+                header,
+                tail_off=offset + need,
+                tail_lsn=lsn + 1,
+                relaxed=header.relaxed or relaxed,
+            )
+        )
+
+    @staticmethod
+    def fits(header: LogHeader, record: Record) -> bool:
+        """Whether ``append`` would find room for ``record`` now."""
+        return _place(header, record.size()) is not None
+
+    def make_room(self, header: LogHeader, record: Record, *, grow: bool) -> LogHeader:
+        """An empty log (just checkpointed) made ready for ``record``: started again at
+        ``DATA_START`` and, when ``grow`` or when the record needs it, made larger. Both
+        are flushed before the space is used: recovery starts and wraps where the
+        header it reads says."""
+        assert header.empty
+        need = record.size()
+        old = size = header.size
+        while size < MAX_SIZE and ((grow and size == old) or size - DATA_START < need):
+            size *= 2
+        if size - DATA_START < need:
+            raise LogFull(f"{self.path}: a record of {need} bytes is larger than a log may be")
+        if size > old:
+            self._zero_fill(old, size)
+        header = self.write_header(
+            replace(header, size=size, ckpt_off=DATA_START, tail_off=DATA_START)
+        )
+        if size > old:
+            os.fsync(self.fd)  # the size changed: a full fsync, once
+        else:
+            os.fdatasync(self.fd)
+        return header
+
+    def take_back(self, header: LogHeader, record: Record) -> LogHeader:
+        """Remove ``record``, the last one appended (``header`` counts it), flushed: a
+        group that failed after it was logged must not be redone by a recovery."""
+        prior_off, prior_lsn = record.prior
+        blank = bytes(HEAD_SIZE)
+        os.pwrite(self.fd, blank, record.offset)
+        if prior_off != record.offset and prior_off + HEAD_SIZE <= header.size:
+            os.pwrite(self.fd, blank, prior_off)  # the WRAP that went round before it
+        header = self.write_header(replace(header, tail_off=prior_off, tail_lsn=prior_lsn))
+        os.fdatasync(self.fd)
+        return header
+
+    def checkpointed(self, header: LogHeader, offset: int, lsn: int, last: str) -> LogHeader:
+        """Move the checkpoint to (offset, lsn), flushed: the records before it will not
+        be redone, and their space can be written again."""
+        relaxed = header.relaxed and lsn != header.tail_lsn
+        header = self.write_header(
+            replace(header, ckpt_off=offset, ckpt_lsn=lsn, ckpt_last=last, relaxed=relaxed)
+        )
+        os.fdatasync(self.fd)
+        return header
+
+    # --- reading -------------------------------------------------------------------------
+    def records(
+        self, header: LogHeader, *, start: tuple[int, int] | None = None
+    ) -> Iterator[Record]:
+        """The whole records after the checkpoint (or from ``start``), in order: the chain
+        ends at the first torn, missing or out-of-sequence record."""
+        offset, lsn = start or (header.ckpt_off, header.ckpt_lsn)
+        size = header.size
+        for _ in range(size // HEAD_SIZE + 1):  # a bound: a chain cannot be longer
+            if offset + HEAD_SIZE > size:
+                offset = DATA_START
+            raw = os.pread(self.fd, HEAD_SIZE, offset)
+            if len(raw) < HEAD_SIZE:
+                return
+            magic, got_lsn, length, flags, crc = _HEAD.unpack(raw)
+            if magic != RECORD_MAGIC or got_lsn != lsn or offset + HEAD_SIZE + length > size:
+                return
+            body = os.pread(self.fd, length, offset + HEAD_SIZE) if length else b""
+            if zlib.crc32(body, zlib.crc32(raw[4:20])) != crc:
+                return
+            if flags & WRAP:
+                offset, lsn = DATA_START, lsn + 1
+                continue
+            try:
+                record = Record.decode(body, lsn, offset)
+            except (ValueError, KeyError, struct.error):
+                return  # whole by its CRC but not ours to read: the end of what we know
+            record.end = _align(offset + HEAD_SIZE + length)
+            yield record
+            offset, lsn = record.end, lsn + 1
+
+    def end_of_chain(self, header: LogHeader) -> tuple[int, int]:
+        """(offset, lsn) just after the last whole record following the header's tail: a
+        writer killed between its record and its header leaves the tail behind it."""
+        offset, lsn = header.tail_off, header.tail_lsn
+        for record in self.records(header, start=(offset, lsn)):
+            offset, lsn = record.end, record.lsn + 1
+        return offset, lsn
+
+
+def _place(header: LogHeader, need: int) -> tuple[int | None, int] | None:
+    """(where a WRAP goes or None, where the record goes) for a record of ``need`` bytes,
+    or None when it would overwrite a record after the checkpoint."""
+    tail, ckpt, size = header.tail_off, header.ckpt_off, header.size
+    if header.empty:  # going round an empty ring: make_room starts it again instead
+        return (None, tail) if tail + need <= size else None
+    if tail >= ckpt:  # the live records are [ckpt, tail)
+        if tail + need <= size:
+            return None, tail
+        return (tail, DATA_START) if DATA_START + need <= ckpt else None
+    return (None, tail) if tail + need <= ckpt else None  # gone round: [ckpt, end) + [start, tail)
+
+
+def _head(lsn: int, body: bytes, flags: int) -> bytes:
+    partial = struct.pack("<QII", lsn, len(body), flags)
+    crc = zlib.crc32(body, zlib.crc32(partial))
+    return RECORD_MAGIC + partial + struct.pack("<I", crc)
+
+
+def record_names(records: Sequence[Record]) -> list[str]:
+    """The file names the records make (their last path component), in order."""
+    return [os.path.basename(e.path) for r in records for e in r.entries]
