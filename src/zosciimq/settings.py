@@ -14,7 +14,10 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from zosciimq.core.checkpoint import Durability
 
 T = TypeVar("T")
 
@@ -150,6 +153,19 @@ def _parse(spec: EnvVar, kind: Any, raw: str) -> Any:
     return raw
 
 
+DURABILITY_MODES = ("sync", "interval")  # zosciimq.core.checkpoint.Mode
+
+
+def _durability_mode(raw: str) -> str:
+    mode = raw.strip().lower()
+    if mode not in DURABILITY_MODES:
+        raise SettingsError(
+            f"ZOSCII_DURABILITY={raw!r}: expected sync (answer after the log is flushed) "
+            "or interval (flush it every ZOSCII_FLUSH_INTERVAL_MS)"
+        )
+    return mode
+
+
 @dataclass(frozen=True)
 class CoreSettings:
     """What every service needs to find and interpret the data directory."""
@@ -159,6 +175,39 @@ class CoreSettings:
         "ZOSCII_DEFAULT_RETENTION_DAYS", 30, minimum=0, maximum=9999
     )
     nonce_window_seconds: int = env_field("ZOSCII_NONCE_WINDOW_SECONDS", 86_400, minimum=1)
+    # docs/durability.md: when a commit is answered, and how often the write-ahead logs
+    # are flushed (interval) and checkpointed.
+    durability_mode: str = env_field("ZOSCII_DURABILITY", "sync", parse=_durability_mode)
+    flush_interval_ms: int = env_field("ZOSCII_FLUSH_INTERVAL_MS", 10, minimum=1, maximum=1000)
+    checkpoint_seconds: float = env_field(
+        "ZOSCII_CHECKPOINT_SECONDS", 1.0, minimum=0.05, maximum=300
+    )
+
+    def durability(self) -> Durability:
+        """The durability the core commits with. ``interval`` is refused on a network
+        file system: another host's writes would be judged after a restart of this one
+        by a log this host never saw flushed (docs/durability.md, "File systems")."""
+        # Imported here: the core's policy reads SettingsError from this module, so this
+        # module is imported before the core package and must not import it itself.
+        from zosciimq.core.checkpoint import (
+            NETWORK_FILE_SYSTEMS,
+            Durability,
+            Mode,
+            file_system_of,
+        )
+
+        shared = file_system_of(self.data_dir) in NETWORK_FILE_SYSTEMS
+        if shared and self.durability_mode == Mode.INTERVAL:
+            raise SettingsError(
+                f"ZOSCII_DURABILITY=interval: {self.data_dir} is on "
+                f"{file_system_of(self.data_dir)}, a network file system; use sync there"
+            )
+        return Durability(
+            mode=Mode(self.durability_mode),
+            flush_interval=self.flush_interval_ms / 1000,
+            checkpoint_seconds=self.checkpoint_seconds,
+            shared=shared,
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CoreSettings:

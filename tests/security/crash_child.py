@@ -41,6 +41,9 @@ STEPS = (
     "committed",  # the header commits B (visible), pending cleared; about to return
     "acked",  # publish returned (acknowledged)
 )
+# Not a step of publish: renamed, and then the file system commits its journal (as any
+# other process's fsync makes it do) while the log is still unflushed (``interval``).
+JOURNAL_COMMITTED = "journal-committed"
 
 BODY_A = b"A" * 5000 + bytes(range(256))
 BODY_B = b"B" * 7000 + bytes(range(255, -1, -1))
@@ -98,6 +101,9 @@ def install(step: str) -> None:
         record("rename", src=str(src), dst=str(dst))
         if step == "renamed":  # publish's only rename: the upload into the queue
             die()
+        if step == JOURNAL_COMMITTED:
+            real_fsync(kwargs["dst_dir_fd"])
+            die()
 
     def open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         fd = real_open(path, flags, *args, **kwargs)
@@ -143,7 +149,7 @@ def publish_b(queues: QueueStore, queue: str) -> Any:
 def main() -> None:
     data_dir, queue, step = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     mode = Mode(sys.argv[4]) if len(sys.argv) > 4 else Mode.SYNC
-    assert step in STEPS, step
+    assert step in (*STEPS, JOURNAL_COMMITTED), step
     layout = DataDir(data_dir)
     layout.ensure()
     queues = QueueStore(layout, durability=Durability(mode=mode, checkpoint_seconds=600))

@@ -28,6 +28,7 @@ from zosciimq.core import DataDir, DataStore, QueueStore, ZosciiError
 from zosciimq.core.admin import QueueAdmin
 from zosciimq.core.clock import Clock, utc_now
 from zosciimq.core.groups import ConsumerGroups
+from zosciimq.core.restart import recover_at_start
 from zosciimq.errors import VolumeUnavailable
 
 log = logging.getLogger("zoscii.api")
@@ -40,12 +41,23 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     if problem:
         log.error("data directory not usable: %s", problem)
     metrics = ApiMetrics()
+    durability = settings.core.durability()
     queues = QueueStore(
         data_dir,
         clock=clock,
         rules=settings.policy.rule_for,
         default_retention_days=settings.core.default_retention_days,
+        durability=durability,
     )
+    store = DataStore(
+        data_dir,
+        clock=clock,
+        durability=durability,
+        checkpointer=queues.checkpointer,
+        flusher=queues.flusher,
+    )
+    if not settings.read_only and not problem:
+        recover_at_start(queues, store)  # before this worker answers
     watcher = QueueWatcher(queues.change_token, settings.wait_poll_ms / 1000, settings.max_waiters)
     groups = ConsumerGroups(
         data_dir,
@@ -56,7 +68,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     actions = Actions(
         settings=settings,
         queues=queues,
-        store=DataStore(data_dir, clock=clock),
+        store=store,
         metrics=metrics,
         watcher=watcher,
         work=WorkActions(settings, groups, metrics, watcher),

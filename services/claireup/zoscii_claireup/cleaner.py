@@ -51,6 +51,7 @@ from zoscii_claireup.retention import ExpiryRule, older_than
 from zoscii_claireup.settings import Settings
 from zosciimq.core import (
     DataDir,
+    DataStore,
     InvalidInput,
     QueueNotFound,
     QueueStore,
@@ -142,6 +143,7 @@ class _Run:
         self.rule = ExpiryRule(now)
         self.report = RunReport(started_at=now, dry_run=dry_run)
         self.queues = QueueStore(cleaner.data_dir, clock=cleaner.clock)
+        self.store = DataStore(cleaner.data_dir, clock=cleaner.clock)
         self.nonces = Nonces(cleaner.data_dir)
         self.groups = ConsumerGroups(cleaner.data_dir, self.queues)
         self.progress = _Progress(
@@ -162,13 +164,29 @@ class _Run:
     def clean_queue(self, queue: str) -> None:
         tally = self.report.tally(AREA_QUEUE, queue)
         deleted_before = tally.deleted
+        # Only names the queue's log checkpoint covers: a recovery after a crash redoes
+        # the records after it, and would make a message deleted from them again.
+        bound = self._checkpoint(queue, tally)
         try:
             for found in walk.iter_queue_files(self.data_dir, queue, self._on_error(tally)):
                 self._tick(tally, f"queue {queue}")
-                self._consider_message(found, tally)
+                if bound is None or found.message is None or found.name <= bound:
+                    self._consider_message(found, tally)
         finally:
             if tally.deleted > deleted_before and not self.dry_run:
                 self._rebuild_index(queue, tally)
+
+    def _checkpoint(self, queue: str, tally: Tally) -> str | None:
+        """The highest name the queue's checkpoint covers, made now (None: a dry run,
+        which deletes nothing)."""
+        if self.dry_run:
+            return None
+        try:
+            return self.queues.checkpoint(queue)
+        except OSError as exc:
+            tally.errors += 1
+            log.error("could not checkpoint queue %s: %s; its messages are kept", queue, exc)
+            return ""
 
     def _rebuild_index(self, queue: str, tally: Tally) -> None:
         """Drop deleted names from the index now, so consumers neither step over them
@@ -184,15 +202,28 @@ class _Run:
     # --- store -------------------------------------------------------------------------
     def clean_store(self) -> None:
         tally = self.report.tally(AREA_STORE)
+        # As for queues: not a file that a record after the store's checkpoint names.
+        logged = None if self.dry_run else self._store_checkpoint(tally)
         for found in walk.iter_store_files(self.data_dir, self._on_error(tally)):
             self._tick(tally, "store")
-            self._consider_message(found, tally)
+            self._consider_message(found, tally, keep=logged)
+
+    def _store_checkpoint(self, tally: Tally) -> Callable[[str], bool]:
+        try:
+            return self.store.checkpoint()
+        except OSError as exc:
+            tally.errors += 1
+            log.error("could not checkpoint the store: %s; its messages are kept", exc)
+            return lambda path: True
 
     # --- messages ----------------------------------------------------------------------
-    def _consider_message(self, found: Found, tally: Tally) -> None:
+    def _consider_message(
+        self, found: Found, tally: Tally, keep: Callable[[str], bool] | None = None
+    ) -> None:
+        """``keep(path)``: True for a file that must stay for now although it expired."""
         if found.message is None:  # malformed, or a stray: left alone and reported
             self._unparsable(found.path, tally)
-        elif self.rule.expired(found.message):
+        elif self.rule.expired(found.message) and (keep is None or not keep(found.path)):
             self._delete(found.entry, tally)
 
     # --- nonce markers -----------------------------------------------------------------

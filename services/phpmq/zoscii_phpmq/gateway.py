@@ -66,6 +66,7 @@ from zosciimq.access import Client
 from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
 from zosciimq.core.groups import ConsumerGroups, Delivery, Outcome
 from zosciimq.core.names import clean_queue
+from zosciimq.core.restart import recover_at_start
 from zosciimq.errors import Fenced, Forbidden, InvalidInput, TryAgain, Unauthenticated, ZosciiError
 
 log = logging.getLogger("zoscii_phpmq.gateway")
@@ -184,6 +185,7 @@ class Gateway:
             self.data_dir,
             rules=settings.policy.rule_for,
             default_retention_days=settings.core.default_retention_days,
+            durability=settings.core.durability(),
         )
         self.groups = ConsumerGroups(
             self.data_dir,
@@ -202,7 +204,9 @@ class Gateway:
 
     # --- start and stop -----------------------------------------------------------------------
     async def start(self) -> tuple[str, int]:
-        """Listen; the bound (host, port)."""
+        """Recover what a crash left, then listen; the bound (host, port)."""
+        if self.data_dir.check_writable() is None:
+            await self.run(recover_at_start, self.queues)
         self.server = await asyncio.start_server(
             self._accept, self.settings.host, self.settings.port, reuse_address=True
         )

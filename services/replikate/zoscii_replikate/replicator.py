@@ -206,7 +206,11 @@ class Replicator:
         clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         stop: threading.Event | None = None,
+        queues: QueueStore | None = None,
+        store: DataStore | None = None,
     ) -> None:
+        """``queues``, ``store``: the process's (the service shares one of each between
+        its jobs); a replicator of its own (a test, ``--once``) makes its own."""
         self.job = job
         self.data_dir = data_dir
         self.metrics = metrics
@@ -214,8 +218,8 @@ class Replicator:
         self.clock = clock
         self.monotonic = monotonic
         self.stop = stop or threading.Event()
-        self.queues = QueueStore(data_dir, clock=clock)
-        self.store = DataStore(data_dir, clock=clock)
+        self.queues = queues or QueueStore(data_dir, clock=clock)
+        self.store = store or DataStore(data_dir, clock=clock)
         self.pointer_file = pointer_path(data_dir, job)
         self.lock = job_lock(data_dir, job)
         self.failures = 0

@@ -24,8 +24,9 @@ from apscheduler.triggers.interval import IntervalTrigger
 from zoscii_replikate.metrics import ReplikateMetrics
 from zoscii_replikate.replicator import Replicator, RunOutcome, RunResult
 from zoscii_replikate.settings import JobConfig, Settings
-from zosciimq.core import DataDir
+from zosciimq.core import DataDir, DataStore, QueueStore
 from zosciimq.core.clock import Clock, utc_now
+from zosciimq.core.restart import recover_at_start
 from zosciimq.service import Health, OpsServer
 from zosciimq.service.ops import ops_app
 
@@ -50,22 +51,47 @@ class Service:
         self.metrics = ReplikateMetrics()
         self.stop = stop or threading.Event()
         self.ops_server: OpsServer | None = None  # set by serve()
+        # One queue store and one store for every job: their commits and checkpoints
+        # are shared (core.group_commit, core.checkpoint).
+        durability = settings.core.durability()
+        self.queues = QueueStore(self.data_dir, clock=clock, durability=durability)
+        self.store = DataStore(
+            self.data_dir,
+            clock=clock,
+            durability=durability,
+            checkpointer=self.queues.checkpointer,
+            flusher=self.queues.flusher,
+        )
         self.replicators = {
-            job.name: Replicator(job, self.data_dir, self.metrics, clock=clock, stop=self.stop)
+            job.name: Replicator(
+                job,
+                self.data_dir,
+                self.metrics,
+                clock=clock,
+                stop=self.stop,
+                queues=self.queues,
+                store=self.store,
+            )
             for job in settings.jobs
         }
 
     def prepare(self) -> str | None:
-        """Create the data directory skeleton; the problem, if it cannot be used."""
+        """Create the data directory skeleton and recover what a crash left; the
+        problem, if it cannot be used."""
         try:
             self.data_dir.ensure()
         except OSError as exc:
             return str(exc)
-        return self.data_dir.check_writable()
+        problem = self.data_dir.check_writable()
+        if problem is None:
+            recover_at_start(self.queues, self.store)
+        return problem
 
     def close(self) -> None:
         for replicator in self.replicators.values():
             replicator.close()
+        self.queues.close()
+        self.store.close()
 
     def run_once(self) -> list[RunResult]:
         """Each job once, one after the other, ignoring back-off (``--once``)."""

@@ -10,7 +10,7 @@ by ``QueueStore`` and group state by ``ConsumerGroups``.
 * ``purge``: delete the messages visible when it starts (or those before a time or a
   name), then rebuild the index as claireup does, so pointers keep working; messages
   published meanwhile stay.
-* ``delete``: remove the queue with its index, journal, expiries and group state. The
+* ``delete``: remove the queue with its index, log, expiries and group state. The
   directory is renamed away under the queue lock (and the group locks), the lock every
   publisher's commit takes: a publish commits wholly before (and is deleted) or wholly
   after, into a new queue of that name; nobody ever sees half a queue.
@@ -194,8 +194,10 @@ class QueueAdmin:
         rising (the rebuilt index keeps its floor), so pointers stay valid."""
         queue = clean_queue(queue)
         self._check_dir(queue)
+        # Only what the queue's log checkpoint covers: a recovery never makes those
+        # again (it redoes only records after the checkpoint, core.recovery).
+        last = self.queues.checkpoint(queue)
         if before is None:
-            last = self.queues.last_name(queue)
 
             def doomed(name: str) -> bool:
                 return name <= last
@@ -204,7 +206,7 @@ class QueueAdmin:
             bound = cut_of(before)
 
             def doomed(name: str) -> bool:
-                return name < bound
+                return name < bound and name <= last
 
         count = size = 0
         for entry in walk.iter_queue_files(self.data_dir, queue):
@@ -256,6 +258,7 @@ class QueueAdmin:
                 fsync_dir(self.data_dir.queues)
             for path in (
                 self.data_dir.index_path(queue),
+                self.data_dir.wal_path(queue),  # nothing of the queue is redone
                 self.data_dir.journal_path(queue),
                 self.data_dir.ttl_path(queue),
                 self.data_dir.usage_path(queue),

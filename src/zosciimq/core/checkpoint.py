@@ -48,6 +48,9 @@ class Durability:
     mode: Mode = Mode.SYNC
     flush_interval: float = 0.010  # seconds, ``interval`` only
     checkpoint_seconds: float = 1.0
+    # The volume is a network file system, shared by hosts: each commit also flushes the
+    # queue's index, so another host reads it from the server, not a page cache here.
+    shared: bool = False
 
     @property
     def relaxed(self) -> bool:
@@ -91,6 +94,31 @@ def sync_volumes(paths: Iterable[str | os.PathLike[str]]) -> None:
                 raise OSError(number, os.strerror(number), os.fspath(path))
         finally:
             os.close(fd)
+
+
+NETWORK_FILE_SYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "glusterfs", "ceph", "lustre"})
+
+
+def file_system_of(path: str | os.PathLike[str]) -> str:
+    """The type of the file system holding ``path`` (``/proc/self/mountinfo``: the
+    longest mount point that contains it); "" when it cannot be told."""
+    try:
+        target = os.path.realpath(path)
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return ""
+    best, kind = "", ""
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, after = left.split(), right.split()
+        if len(fields) < 5 or not after:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, after[0]
+    return kind
 
 
 class _Rounds:

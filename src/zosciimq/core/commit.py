@@ -44,7 +44,7 @@ from zosciimq.core.names import MAX_COUNTER, format_stamp
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.core.queue_files import QueueFiles
-from zosciimq.core.recovery import QueueRecovery
+from zosciimq.core.recovery import QueueRecovery, Sound
 from zosciimq.core.upload import INLINE_BYTES, sync_uploads
 from zosciimq.core.wal import Entry, LogCorrupt, LogHeader, Record, WriteAheadLog
 
@@ -102,7 +102,8 @@ class QueueCommitter:
         nonces = [m.nonce for s in group for m in s.work]
         with self.nonces.lock(*nonces), files.lock:
             dir_stat = files.made_dir_stat()
-            index, header = self.recovery.sound_index(files, dir_stat)
+            sound = self.recovery.sound_index(files, dir_stat)
+            index, header = sound.index, sound.header
             try:
                 rule = self.rules(files.name) if self.rules is not None else None
                 usage, drops = self._limits(files, index, header, group, rule)
@@ -111,7 +112,7 @@ class QueueCommitter:
                     retention = rule.retention_days
                 accepted = self._allocate([s for s in group if not s.done], header, retention)
                 if accepted:
-                    self._write(files, index, header, accepted, drops, dir_stat.st_ino)
+                    self._write(files, sound, accepted, drops, dir_stat.st_ino)
                     if usage is not None:
                         self._keep_usage(files, header, usage, accepted)
             finally:
@@ -217,17 +218,19 @@ class QueueCommitter:
     def _write(
         self,
         files: QueueFiles,
-        index: idx.IndexFile,
-        header: idx.IndexHeader,
+        sound: Sound,
         accepted: list[tuple[Outgoing, str]],
         drops: list[str],
         dir_ino: int,
     ) -> None:
+        index, header = sound.index, sound.header
         names = [name for _, name in accepted]
         record = Record(files.name, self._entries(files, accepted), dropped=drops)
-        wal = files.wal()
-        assert wal is not None
-        wal_header = _header_of(wal)
+        wal, wal_header = sound.wal, sound.wal_header
+        if wal is None or wal_header is None:  # the queue's first commit
+            wal = files.wal()
+            assert wal is not None
+            wal_header = _header_of(wal)
         wal_header = self._room(files, wal, wal_header, record, header.last)
         dir_fd = files.dir_fd(dir_ino)
         index.write_records(header.committed, names)
@@ -268,6 +271,8 @@ class QueueCommitter:
         header.pending = 0
         header.dir_mtime_ns, header.dir_ino = dir_stat.st_mtime_ns, dir_stat.st_ino
         index.write_header(header)
+        if self.durability.shared:
+            index.sync()  # another host reads the index from the server
         files.own_commit = (index.ino, header.committed, header.dir_mtime_ns, header.dir_ino)
         position = Position(wal.ino, logged.tail_off, logged.tail_lsn, names[-1])
         self.checkpointer.note(files.name, position, self._advance_for(files.name))

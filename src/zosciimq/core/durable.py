@@ -101,6 +101,15 @@ def raise_if_full(exc: OSError) -> None:
         raise StorageFull("No space left on the data volume; nothing was stored.") from exc
 
 
+def names_inode(path: str | os.PathLike[str], ino: int) -> bool:
+    """Whether ``path`` still names inode ``ino`` (a file opened earlier was not removed
+    or replaced since): one lstat, as a descriptor's inode never changes."""
+    try:
+        return os.lstat(path).st_ino == ino
+    except FileNotFoundError:
+        return False
+
+
 def unlink_quietly(path: str | os.PathLike[str]) -> None:
     try:
         os.unlink(path)

@@ -40,10 +40,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from zosciimq.core.durable import atomic_write, ensure_dir, raise_if_full
 from zosciimq.core.errors import InvalidInput, QueueNotFound
+from zosciimq.core.group_commit import Lane, Submission
 from zosciimq.core.layout import GROUP_SUFFIX, LEFTOVER_PREFIX, LEFTOVER_SUFFIX, DataDir
 from zosciimq.core.locking import FileLock
 from zosciimq.core.names import (
@@ -56,12 +57,15 @@ from zosciimq.core.names import (
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.queues import QueueStore
 from zosciimq.core.upload import Upload
-from zosciimq.errors import Fenced
+from zosciimq.errors import Fenced, ZosciiError
 
 log = logging.getLogger("zosciimq.core.groups")
 
+R = TypeVar("R")
+
 DEFAULT_MAX_DELIVERIES = 5
 DEAD_SUFFIX = "--dead"
+MAX_LANES = 4096  # groups whose waiting operations this process tracks (core.group_commit)
 RECENT_ACKS = 10_000  # settled receipts remembered: a retried ack, requeue or dead letter
 # (its reply lost) is answered as the first one, never applied twice
 COMPACT_AFTER_LINES = 20_000
@@ -213,6 +217,7 @@ class ConsumerGroups:
         self.max_deliveries_for = max_deliveries_for
         self.clock = clock
         self._states: dict[tuple[str, str], _State] = {}
+        self._lanes: dict[tuple[str, str], Lane[Any, Any]] = {}
         self._mutex = threading.Lock()
 
     # --- the operations -------------------------------------------------------------------
@@ -222,9 +227,10 @@ class ConsumerGroups:
         """Lease up to ``count`` messages: redeliveries first, then new ones in name
         order, then requeued ones whose turn came. Expired or worn-out messages found on
         the way go to the dead letters."""
-        deliveries: list[Delivery] = []
         limit = self.deliveries_limit(queue)
-        with self._locked(queue, group) as (state, writer):
+
+        def lease_some(state: _State, writer: _LogWriter) -> list[Delivery]:
+            deliveries: list[Delivery] = []
             now = self.clock()
             for name, entry, expires_at in self._candidates(queue, state, now, count):
                 if len(deliveries) >= count:
@@ -244,22 +250,25 @@ class ConsumerGroups:
                 )
                 if delivery is not None:
                     deliveries.append(delivery)
-        return deliveries
+            return deliveries
+
+        return self._together(queue, group, lease_some)
 
     def ack(self, queue: str, group: str, receipts: Sequence[str]) -> list[Outcome]:
         """Finish each receipt's message for the group. Repeating an ack that succeeded
         answers ``ok`` again (a retry after a lost reply)."""
-        with self._locked(queue, group) as (state, writer):
 
+        def acks(state: _State, writer: _LogWriter) -> list[Outcome]:
             def finish(receipt: str, name: str, token: str, entry: _Open) -> None:
                 del state.open[name]
                 state.acked += 1
                 state.remember(receipt, "A")
                 writer.line("A", name, token)
 
-            outcomes = _settle(state, receipts, "A", finish)
-            writer.flush(sync=True)
-        return outcomes
+            writer.must_sync = True
+            return _settle(state, receipts, "A", finish)
+
+        return self._together(queue, group, acks)
 
     def requeue(
         self,
@@ -272,7 +281,8 @@ class ConsumerGroups:
     ) -> list[Outcome]:
         """End the lease now; the message waits ``delay`` seconds and its turn behind the
         messages waiting now. ``ttl``: a new time to live from now (0: none)."""
-        with self._locked(queue, group) as (state, writer):
+
+        def requeues(state: _State, writer: _LogWriter) -> list[Outcome]:
             now = self.clock()
             behind = self.queues.last_name(queue)  # the queue's end now: it waits behind it
 
@@ -292,34 +302,67 @@ class ConsumerGroups:
                     _ms_or(entry.expires_at),
                 )
 
-            outcomes = _settle(state, receipts, "Q", put_back)
-            writer.flush(sync=True)
-        return outcomes
+            writer.must_sync = True
+            return _settle(state, receipts, "Q", put_back)
+
+        return self._together(queue, group, requeues)
 
     def dead_letter(
         self, queue: str, group: str, receipts: Sequence[str], *, reason: str = "rejected"
     ) -> list[Outcome]:
         """Move each receipt's message out of the group's way into its dead letters."""
-        with self._locked(queue, group) as (state, writer):
 
+        def buries(state: _State, writer: _LogWriter) -> list[Outcome]:
             def bury(receipt: str, name: str, token: str, entry: _Open) -> None:
                 self._bury(queue, group, state, writer, name, reason, token)
 
-            outcomes = _settle(state, receipts, "X", bury)
-            writer.flush(sync=True)
-        return outcomes
+            writer.must_sync = True
+            return _settle(state, receipts, "X", bury)
+
+        return self._together(queue, group, buries)
 
     def extend(self, queue: str, group: str, receipt: str, lease: float) -> float:
         """Give the holder of ``receipt`` ``lease`` more seconds from now: long work."""
-        with self._locked(queue, group) as (state, writer):
+
+        def extends(state: _State, writer: _LogWriter) -> float:
             name, token = parse_receipt(receipt)
             entry = state.open.get(name)
             if entry is None or entry.token != token:
                 raise Fenced(f"Receipt no longer holds {name}: {_why_not(entry)}.")
             entry.lease_until = self.clock() + lease
             writer.line("L", name, token, _ms(entry.lease_until))
-            writer.flush(sync=True)
+            writer.must_sync = True
             return entry.lease_until
+
+        return self._together(queue, group, extends)
+
+    def _together(self, queue: str, group: str, operate: _Operation[R]) -> R:
+        """Run ``operate(state, writer)`` under the group's lock, sharing the lock, the
+        read of the log and its one flush with the other operations on this group that
+        this process's threads want at the same moment (core.group_commit): eight
+        consumers acking at once pay one flush, not eight.
+
+        An operation refused (a bad receipt, a fenced one: a ZosciiError, raised before it
+        changed anything) fails alone; any other error fails the whole group, none of
+        whose lines is then written."""
+        queue, group = clean_queue(queue), clean_group(group)
+        key = (queue, group)
+        with self._mutex:
+            lane = self._lanes.get(key)
+            if lane is None:
+                if len(self._lanes) >= MAX_LANES:
+                    self._lanes = {k: v for k, v in self._lanes.items() if v.waiting}
+                lane = self._lanes[key] = Lane()
+
+        def run(batch: list[Submission[_Operation[Any], Any]]) -> None:
+            with self._locked(queue, group) as (state, writer):
+                for submission in batch:
+                    try:
+                        submission.result = submission.work(state, writer)
+                    except ZosciiError as exc:
+                        submission.fail(exc)
+
+        return lane.submit(operate, run)  # type: ignore[no-any-return]
 
     def deliveries_limit(self, queue: str) -> int:
         """Deliveries of a message of ``queue`` before it goes to the dead letters."""
@@ -687,6 +730,9 @@ class ConsumerGroups:
                 raise
             finally:
                 writer.close()
+
+
+_Operation = Callable[["_State", "_LogWriter"], R]  # one operation on a group's state
 
 
 class _LogWriter:

@@ -94,6 +94,18 @@ class IndexHeader:
             stale=text[157] == "1",
         )
 
+    def copy(self) -> IndexHeader:
+        return IndexHeader(
+            self.last,
+            self.committed,
+            self.pending,
+            self.wal_off,
+            self.wal_lsn,
+            self.dir_mtime_ns,
+            self.dir_ino,
+            self.stale,
+        )
+
     def matches(self, stat: os.stat_result) -> bool:
         return self.dir_mtime_ns == stat.st_mtime_ns and self.dir_ino == stat.st_ino
 
@@ -101,7 +113,7 @@ class IndexHeader:
 class IndexFile:
     """An open index. Readers use it without a lock; writers hold the queue lock."""
 
-    __slots__ = ("_hints", "fd", "ino", "writable")
+    __slots__ = ("_decoded", "_hints", "_raw", "fd", "ino", "writable")
 
     MAX_HINTS = 4096
 
@@ -112,6 +124,9 @@ class IndexFile:
         # name -> position of names handed out: a consumer's next pointer is the last
         # name it got, so its next fetch starts right there instead of searching.
         self._hints: dict[str, int] = {}
+        # The header as last read, and what it says: decoded again only when it changed.
+        self._raw = b""
+        self._decoded: IndexHeader | None = None
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = False) -> IndexFile | None:
@@ -145,7 +160,14 @@ class IndexFile:
 
     # --- reading -------------------------------------------------------------------
     def header(self) -> IndexHeader | None:
-        return IndexHeader.decode(os.pread(self.fd, HEADER_SIZE, 0))
+        """The header (a copy the caller may change), or None when it is not whole."""
+        raw = os.pread(self.fd, HEADER_SIZE, 0)
+        if raw != self._raw or self._decoded is None:
+            self._raw, self._decoded = raw, IndexHeader.decode(raw)
+            if self._decoded is None:
+                self._raw = b""
+                return None
+        return self._decoded.copy()
 
     def record(self, position: int) -> str:
         raw = os.pread(self.fd, NAME_LENGTH, HEADER_SIZE + position * RECORD_SIZE)
@@ -193,7 +215,9 @@ class IndexFile:
 
     # --- writing (queue lock held) -------------------------------------------------
     def write_header(self, header: IndexHeader) -> None:
-        os.pwrite(self.fd, header.encode(), 0)
+        raw = header.encode()
+        os.pwrite(self.fd, raw, 0)
+        self._raw, self._decoded = raw, header.copy()
 
     def write_records(self, position: int, names: Sequence[str]) -> None:
         """Write names from ``position`` on: invisible until the header counts them."""

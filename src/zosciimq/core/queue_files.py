@@ -25,7 +25,7 @@ from stat import S_ISDIR, S_ISLNK
 from typing import Any
 
 from zosciimq.core import index as idx
-from zosciimq.core.durable import ensure_dir
+from zosciimq.core.durable import ensure_dir, names_inode
 from zosciimq.core.errors import QueueNotFound
 from zosciimq.core.group_commit import Lane
 from zosciimq.core.layout import DataDir
@@ -199,7 +199,7 @@ class QueueFiles:
         """The queue's write-ahead log (lock held), made when missing, reopened when its
         file was removed or replaced (a deleted queue, an operator clearing .zoscii):
         recovery reads the path, so the records must go there."""
-        if self._wal is not None and not _names(self.wal_path, self._wal.ino):
+        if self._wal is not None and not names_inode(self.wal_path, self._wal.ino):
             self._wal.close()
             self._wal = None
         if self._wal is None:
@@ -208,7 +208,7 @@ class QueueFiles:
 
     def ttl_fd(self) -> int:
         """The queue's expiry times, appended to (lock held)."""
-        if self._ttl_fd is not None and not _names(self.ttl_path, self._ttl_ino):
+        if self._ttl_fd is not None and not names_inode(self.ttl_path, self._ttl_ino):
             self._close_fd("_ttl_fd")
         if self._ttl_fd is None:
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -276,15 +276,6 @@ class ExpiryTable:
                         self._table[name] = int(millis) / 1000
         finally:
             os.close(fd)
-
-
-def _names(path: str, ino: int) -> bool:
-    """Whether ``path`` still names the file we opened as inode ``ino`` (not removed or
-    replaced): one lstat, as the descriptor's inode never changes."""
-    try:
-        return os.lstat(path).st_ino == ino
-    except FileNotFoundError:
-        return False
 
 
 class OpenQueues(IdleCloser):

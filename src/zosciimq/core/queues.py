@@ -174,18 +174,16 @@ class QueueStore:
         checkpoint covers. A deleter (claireup, a purge) deletes only names up to it: a
         recovery could otherwise make a deleted message again from the log."""
         with self._open.use(queue) as files, files.lock:
-            wal = files.wal(create=False)
-            last = self.last_name(queue) if os.path.isdir(files.dir) else ""
-            if wal is None:
-                return last
-            try:
-                header = wal.header()
-            except LogCorrupt:
-                return last
-            if not header.empty:
+            if not os.path.isdir(files.dir):
+                return ""
+            sound = self.recovery.sound_index(files)
+            files.index.give_back(sound.index)
+            last = sound.header.last  # the lock held: no group in flight, all committed
+            wal, header = sound.wal, sound.wal_header
+            if wal is not None and header is not None and not header.empty:
                 self._sync_volume()
-                header = wal.checkpointed(header, header.tail_off, header.tail_lsn, last)
-            return max(header.ckpt_last, last) if header.empty else header.ckpt_last
+                wal.checkpointed(header, header.tail_off, header.tail_lsn, last)
+            return last
 
     def recover_volume(self) -> Report:
         """Redo what a restart of the machine may have taken from every queue (a service
@@ -207,9 +205,9 @@ class QueueStore:
         """Rebuild a queue's index from its directory; claireup calls this after deleting,
         so consumers do not step over deleted names and do not pay for the rebuild."""
         with self._open.use(queue) as files, files.lock:
-            index, header = self.recovery.sound_index(files)
-            files.index.give_back(index)
-            rebuilt = idx.rebuild(files.index_path, files.dir, floor=header.last)
+            sound = self.recovery.sound_index(files)
+            files.index.give_back(sound.index)
+            rebuilt = idx.rebuild(files.index_path, files.dir, floor=sound.header.last)
             files.index.drop()
             files.own_commit = None
             return rebuilt.committed
@@ -305,7 +303,8 @@ class QueueStore:
             break
         try:
             with files.lock:
-                return self.recovery.sound_index(files)
+                sound = self.recovery.sound_index(files)
+                return sound.index, sound.header
         except OSError as exc:
             if exc.errno not in idx.READ_ONLY_ERRORS:
                 raise

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from zosciimq.core import index as idx
@@ -74,6 +74,16 @@ class Report:
 
     def __bool__(self) -> bool:
         return bool(self.queues)
+
+
+@dataclass
+class Sound:
+    """A queue's index and log as recovery left them, for a commit (lock held)."""
+
+    index: idx.IndexFile
+    header: idx.IndexHeader
+    wal: WriteAheadLog | None
+    wal_header: LogHeader | None
 
 
 class Redo:
@@ -134,9 +144,7 @@ class QueueRecovery:
         self.redo = Redo(data_dir, nonces)
         self.sync = sync  # flushes the volume (checkpoint.sync_volumes)
 
-    def sound_index(
-        self, files: QueueFiles, dir_stat: os.stat_result | None = None
-    ) -> tuple[idx.IndexFile, idx.IndexHeader]:
+    def sound_index(self, files: QueueFiles, dir_stat: os.stat_result | None = None) -> Sound:
         """The queue's index, brought in line with its log and its directory (lock held;
         the caller gives the index back). ``dir_stat``: the directory's, when the caller
         just took it.
@@ -149,7 +157,11 @@ class QueueRecovery:
         """
         wal = files.wal(create=False)
         if wal is not None:
-            self.after_reboot(files, wal)
+            try:
+                if wal.header().boot != walfile.boot_id():
+                    self.after_reboot(files, wal)
+            except LogCorrupt:
+                wal = None  # never finished: the committer makes it again
         files.wal_checked = True
         index = files.locked_index()
         header = index.header()
@@ -162,7 +174,7 @@ class QueueRecovery:
         elif header.matches(dir_stat or os.lstat(files.dir)) and _tail_is_sound(
             files, index, header
         ):
-            return index, header
+            return Sound(index, header, wal, wal.header() if wal is not None else None)
         else:
             floor = header.last
         files.index.give_back(index)
@@ -171,7 +183,7 @@ class QueueRecovery:
         assert index is not None
         header = index.header()
         assert header is not None
-        return index, header
+        return Sound(index, header, wal, wal.header() if wal is not None else None)
 
     def finish_dead_group(
         self, files: QueueFiles, index: idx.IndexFile, header: idx.IndexHeader
@@ -236,9 +248,11 @@ class QueueRecovery:
         )
         self.sync()
         wal.checkpointed(_with_tail(header, *end), *end, last)
-        if records or changed or header.relaxed or not header.empty:
-            report.queues.append(files.name)
+        names = [n for r in records if r.queue == files.name for n in _names_of(r)]
+        if changed or header.relaxed or not _indexed(files, names):
             self._rebuild(files, floor=last)
+        if records or changed:
+            report.queues.append(files.name)
         if report:
             log.warning(
                 "queue %s: recovered after a restart of the machine: %d record(s) redone, "
@@ -279,12 +293,31 @@ def _tail_is_sound(files: QueueFiles, index: idx.IndexFile, header: idx.IndexHea
     return index.tail_is_sound(header.committed)
 
 
+def _indexed(files: QueueFiles, names: list[str]) -> bool:
+    """Whether the queue's index is whole and lists every one of ``names`` (the names of
+    the records after the log's checkpoint: the index pages that a power loss can have
+    taken are theirs; the ones before were flushed by the checkpoint). Cheap: a lookup
+    each, so a host that takes over a queue on a shared volume rebuilds nothing."""
+    index = idx.IndexFile.open(files.index_path)
+    if index is None:
+        return False
+    with index:
+        header = index.header()
+        if header is None or header.pending or not index.tail_is_sound(header.committed):
+            return False
+        for name in names:
+            position = index.first_after(name[:-1], header.committed)
+            if position >= header.committed or index.record(position) != name:
+                return False
+    return True
+
+
 def _names_of(record: Record) -> list[str]:
     return [os.path.basename(e.path) for e in record.entries]
 
 
 def _with_tail(header: LogHeader, offset: int, lsn: int) -> LogHeader:
-    return replace(header, tail_off=offset, tail_lsn=lsn)
+    return header.but(tail_off=offset, tail_lsn=lsn)
 
 
 def _whole(path: str, entry: Entry) -> bool:

@@ -36,7 +36,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from functools import cache
 
 DATA_START = 4096
@@ -71,7 +71,7 @@ def boot_id() -> str:
         return "unknown"
 
 
-@dataclass
+@dataclass(frozen=True)
 class LogHeader:
     generation: int = 0
     size: int = INITIAL_SIZE
@@ -91,6 +91,12 @@ class LogHeader:
     def empty(self) -> bool:
         """No record after the checkpoint."""
         return self.tail_lsn == self.ckpt_lsn
+
+    def but(self, **changes: object) -> LogHeader:
+        """A copy with ``changes`` (dataclasses.replace, at a third of its cost)."""
+        values = {name: getattr(self, name) for name in _HEADER_FIELDS}
+        values.update(changes)
+        return LogHeader(**values)  # type: ignore[arg-type]
 
     def encode(self) -> bytes:
         line = MAGIC + (
@@ -125,6 +131,9 @@ class LogHeader:
             )
         except ValueError:
             return None
+
+
+_HEADER_FIELDS = tuple(f.name for f in fields(LogHeader))
 
 
 @dataclass
@@ -211,6 +220,10 @@ class WriteAheadLog:
         self.fd = fd
         self.path = path
         self.ino = os.fstat(fd).st_ino
+        # The header slots as last read or written, and what they say: a commit reads
+        # the header and decodes it only when another process wrote it since.
+        self._raw = b""
+        self._header: LogHeader | None = None
 
     @classmethod
     def open(cls, path: str, *, create: bool) -> WriteAheadLog | None:
@@ -271,20 +284,29 @@ class WriteAheadLog:
 
     # --- the header ---------------------------------------------------------------------
     def header(self) -> LogHeader:
-        header = read_header(os.pread(self.fd, 2 * SLOT_SIZE, 0))
+        raw = os.pread(self.fd, 2 * SLOT_SIZE, 0)
+        if raw == self._raw and self._header is not None:
+            return self._header
+        header = read_header(raw)
         if header is None:
             raise LogCorrupt(f"{self.path}: no whole header")
+        self._raw, self._header = raw, header
         return header
 
     def write_header(self, header: LogHeader) -> LogHeader:
         """Write the next generation of ``header`` into the slot not holding the current
         one (not flushed: the caller's flush of the log carries it)."""
-        header = replace(header, generation=header.generation + 1, boot=boot_id())
-        os.pwrite(self.fd, header.encode(), (header.generation % 2) * SLOT_SIZE)
+        header = header.but(generation=header.generation + 1, boot=boot_id())
+        slot = (header.generation % 2) * SLOT_SIZE
+        encoded = header.encode()
+        os.pwrite(self.fd, encoded, slot)
+        raw = self._raw if len(self._raw) == 2 * SLOT_SIZE else bytes(2 * SLOT_SIZE)
+        self._raw, self._header = raw[:slot] + encoded + raw[slot + SLOT_SIZE :], header
         return header
 
     def _write_slots(self, header: LogHeader) -> None:
         os.pwrite(self.fd, header.encode() * 2, 0)
+        self._raw, self._header = b"", None
 
     def sync(self) -> None:
         os.fdatasync(self.fd)
@@ -312,8 +334,7 @@ class WriteAheadLog:
         os.pwrite(self.fd, _head(lsn, body, 0) + body, offset)
         record.lsn, record.offset, record.end = lsn, offset, offset + need
         return self.write_header(
-            replace(
-                header,
+            header.but(
                 tail_off=offset + need,
                 tail_lsn=lsn + 1,
                 relaxed=header.relaxed or relaxed,
@@ -339,9 +360,7 @@ class WriteAheadLog:
             raise LogFull(f"{self.path}: a record of {need} bytes is larger than a log may be")
         if size > old:
             self._zero_fill(old, size)
-        header = self.write_header(
-            replace(header, size=size, ckpt_off=DATA_START, tail_off=DATA_START)
-        )
+        header = self.write_header(header.but(size=size, ckpt_off=DATA_START, tail_off=DATA_START))
         if size > old:
             os.fsync(self.fd)  # the size changed: a full fsync, once
         else:
@@ -356,7 +375,7 @@ class WriteAheadLog:
         os.pwrite(self.fd, blank, record.offset)
         if prior_off != record.offset and prior_off + HEAD_SIZE <= header.size:
             os.pwrite(self.fd, blank, prior_off)  # the WRAP that went round before it
-        header = self.write_header(replace(header, tail_off=prior_off, tail_lsn=prior_lsn))
+        header = self.write_header(header.but(tail_off=prior_off, tail_lsn=prior_lsn))
         os.fdatasync(self.fd)
         return header
 
@@ -365,7 +384,7 @@ class WriteAheadLog:
         be redone, and their space can be written again."""
         relaxed = header.relaxed and lsn != header.tail_lsn
         header = self.write_header(
-            replace(header, ckpt_off=offset, ckpt_lsn=lsn, ckpt_last=last, relaxed=relaxed)
+            header.but(ckpt_off=offset, ckpt_lsn=lsn, ckpt_last=last, relaxed=relaxed)
         )
         os.fdatasync(self.fd)
         return header
