@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,7 +39,7 @@ from zosciimq.core.durable import unlink_quietly
 from zosciimq.core.errors import TryAgain
 from zosciimq.core.group_commit import Submission
 from zosciimq.core.layout import DataDir
-from zosciimq.core.names import MAX_COUNTER, format_stamp
+from zosciimq.core.names import MAX_COUNTER, format_stamp, new_guid
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.core.queue_files import QueueFiles
@@ -195,7 +194,7 @@ class QueueCommitter:
                 if counter > MAX_COUNTER:
                     break
                 days = retention if message.retention_days is None else message.retention_days
-                name = f"{stamp}{counter:04d}-{days:04d}-{uuid.uuid4()}.bin"
+                name = f"{stamp}{counter:04d}-{days:04d}-{new_guid()}.bin"
                 counter += 1
                 if nonce is not None:
                     seen.add(nonce)

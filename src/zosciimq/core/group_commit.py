@@ -28,17 +28,31 @@ R = TypeVar("R")  # what it gets back
 class Submission(Generic[W, R]):
     """One caller's work, waiting for the commit that covers it."""
 
-    __slots__ = ("done", "error", "result", "wake", "work")
+    __slots__ = ("_turn", "done", "error", "result", "wake", "work")
 
     def __init__(self, work: W, turn: threading.Lock) -> None:
         self.work = work
         self.result: R | None = None
         self.error: BaseException | None = None
         self.done = False
-        self.wake = threading.Condition(turn)
+        self._turn = turn
+        # Made when the caller first has to wait: a caller alone commits at once, and a
+        # condition (a lock each wait) costs more than the rest of the hand-over.
+        self.wake: threading.Condition | None = None
 
     def fail(self, error: BaseException) -> None:
         self.error, self.done = error, True
+
+    def sleep(self, timeout: float | None = None) -> None:
+        """Wait to be woken (the lane's lock held)."""
+        if self.wake is None:
+            self.wake = threading.Condition(self._turn)
+        self.wake.wait(timeout)
+
+    def rouse(self) -> None:
+        """Wake it if it waits (the lane's lock held)."""
+        if self.wake is not None:
+            self.wake.notify()
 
 
 class Lane(Generic[W, R]):
@@ -66,7 +80,7 @@ class Lane(Generic[W, R]):
     def _joined(self) -> None:
         self.arriving -= 1
         if self.lingerer is not None and not self.arriving:
-            self.lingerer.wake.notify()
+            self.lingerer.rouse()
 
     def submit(
         self,
@@ -92,14 +106,14 @@ class Lane(Generic[W, R]):
             lingered = False
             while not submission.done:
                 if self.committing or self.lingerer is not None:
-                    submission.wake.wait()  # done, or the next leader
+                    submission.sleep()  # done, or the next leader
                     continue
                 if self.arriving and not lingered and linger > 0:
                     lingered, self.lingerer = True, submission
                     deadline = time.monotonic() + linger
                     try:
                         while self.arriving and (left := deadline - time.monotonic()) > 0:
-                            submission.wake.wait(left)
+                            submission.sleep(left)
                     finally:
                         self.lingerer = None
                     continue
@@ -113,9 +127,9 @@ class Lane(Generic[W, R]):
                     self.turn.acquire()
                     self.committing = False
                     for answered in group:
-                        answered.wake.notify()
+                        answered.rouse()
                     if self.waiting:
-                        self.waiting[0].wake.notify()  # leads the next commit
+                        self.waiting[0].rouse()  # leads the next commit
         if submission.error is not None:
             raise submission.error
         return submission.result  # type: ignore[return-value]

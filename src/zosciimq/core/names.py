@@ -9,8 +9,8 @@ container's TZ setting can never reorder a queue.
 from __future__ import annotations
 
 import calendar
+import os
 import re
-import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -33,7 +33,6 @@ _NAME_RE = re.compile(
     re.ASCII,
 )
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
-_STAMP_FORMAT = "%Y%m%d%H%M%S"
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
@@ -140,7 +139,7 @@ def new_name(
         stamp=format_stamp(now),
         counter=counter,
         retention_days=retention_days,
-        guid=str(uuid.uuid4()),
+        guid=new_guid(),
         unidentified=unidentified,
     )
 
@@ -148,7 +147,22 @@ def new_name(
 def format_stamp(now: datetime) -> str:
     if now.tzinfo is None:
         raise ValueError("naive datetime: the core works in UTC only")
-    return now.astimezone(UTC).strftime(_STAMP_FORMAT)
+    if now.utcoffset():
+        now = now.astimezone(UTC)
+    return (
+        f"{now.year:04d}{now.month:02d}{now.day:02d}"
+        f"{now.hour:02d}{now.minute:02d}{now.second:02d}"
+    )
+
+
+def new_guid() -> str:
+    """A random (version 4) UUID as text: what ``str(uuid.uuid4())`` gives, at a third
+    of its cost (every publish makes one)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def store_dirs(name: str) -> tuple[str, str, str]:

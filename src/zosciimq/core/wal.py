@@ -31,7 +31,6 @@ Everything here runs with the owner's lock held; nothing is shared between threa
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import zlib
@@ -171,17 +170,19 @@ class Record:
         return _align(HEAD_SIZE + len(self.encode()))
 
     def encode(self) -> bytes:
+        """Text lines, then the inline bytes: ``<queue>``, one line per entry (path,
+        size, 1 when its bytes follow, temp, nonce, expiry; tab-separated, "-" for none),
+        the dropped names on one line. Names, paths and nonces hold no tab or newline."""
         if self._encoded is not None:
             return self._encoded
-        meta = {
-            "q": self.queue,
-            "m": [
-                [e.path, e.size, e.data is not None, e.temp, e.nonce, e.expires_ms]
-                for e in self.entries
-            ],
-            "d": self.dropped,
-        }
-        head = json.dumps(meta, separators=(",", ":")).encode("utf-8")
+        lines = [self.queue or "-", str(len(self.entries))]
+        lines += [
+            f"{e.path}\t{e.size}\t{int(e.data is not None)}\t{e.temp or '-'}\t"
+            f"{e.nonce or '-'}\t{'-' if e.expires_ms is None else e.expires_ms}"
+            for e in self.entries
+        ]
+        lines.append("\t".join(self.dropped) or "-")
+        head = "\n".join(lines).encode("utf-8")
         parts = [struct.pack("<I", len(head)), head]
         parts.extend(e.data for e in self.entries if e.data is not None)
         self._encoded = b"".join(parts)
@@ -190,16 +191,35 @@ class Record:
     @classmethod
     def decode(cls, body: bytes, lsn: int, offset: int) -> Record:
         (length,) = struct.unpack_from("<I", body)
-        meta = json.loads(body[4 : 4 + length])
+        lines = body[4 : 4 + length].decode("utf-8").split("\n")
+        count = int(lines[1])
         position = 4 + length
         entries = []
-        for path, size, inline, temp, nonce, expires_ms in meta["m"]:
+        for line in lines[2 : 2 + count]:
+            path, size, inline, temp, nonce, expires = line.split("\t")
             data = None
-            if inline:
-                data = body[position : position + size]
-                position += size
-            entries.append(Entry(path, size, data, temp, nonce, expires_ms))
-        return cls(meta["q"], entries, list(meta["d"]), lsn, offset)
+            if inline == "1":
+                data = body[position : position + int(size)]
+                position += int(size)
+            entries.append(
+                Entry(
+                    path,
+                    int(size),
+                    data,
+                    "" if temp == "-" else temp,
+                    "" if nonce == "-" else nonce,
+                    None if expires == "-" else int(expires),
+                )
+            )
+        dropped = lines[2 + count]
+        queue = lines[0]
+        return cls(
+            "" if queue == "-" else queue,
+            entries,
+            [] if dropped == "-" else dropped.split("\t"),
+            lsn,
+            offset,
+        )
 
 
 def read_header(raw: bytes) -> LogHeader | None:
@@ -414,7 +434,7 @@ class WriteAheadLog:
                 continue
             try:
                 record = Record.decode(body, lsn, offset)
-            except (ValueError, KeyError, struct.error):
+            except (ValueError, IndexError, struct.error, UnicodeDecodeError):
                 return  # whole by its CRC but not ours to read: the end of what we know
             record.end = _align(offset + HEAD_SIZE + length)
             yield record
