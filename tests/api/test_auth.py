@@ -229,3 +229,68 @@ actions = ["store"]
     )
     markers = sorted(p.name for p in (tmp_path / "data" / "nonce").iterdir())
     assert "invoice-4711" not in markers and len(markers) == 3
+
+
+# --- a read action never stores a body (issue 27, item 4) ----------------------------------
+
+
+def _urlencoded(fields: list[tuple[str, bytes]]) -> bytes:
+    from urllib.parse import quote_from_bytes
+
+    return b"&".join(f"{k}={quote_from_bytes(v)}".encode() for k, v in fields)
+
+
+@pytest.mark.parametrize("access", ["on", "off"])
+def test_a_read_action_with_a_message_is_refused_before_a_byte_of_it_is_written(
+    tmp_path, written, access
+) -> None:
+    """Issue 27 item 4: an *allowed* fetch (a reader's token) with a 200 MB ``msg`` wrote
+    the whole body into queues/temp before answering 200: as a multipart part, with
+    action and q as form fields, and urlencoded. Now refused as the message starts,
+    whatever the rights (and with access control off too)."""
+    rights = AccessControl(parse_clients(CLIENTS) if access == "on" else [])
+    client = make_client(tmp_path / "data", access=rights)
+    headers = bearer(READER) if access == "on" else {}
+    big = b"x" * 3_000_000
+    multipart = _multipart([("action", b"fetch"), ("q", b"outbox"), ("msg", big)])
+    in_url = _multipart([("msg", big)])
+    urlencoded = _urlencoded([("action", b"fetch"), ("q", b"outbox"), ("msg", big)])
+    for url, (data, content_type) in [
+        ("/", multipart),
+        ("/?action=fetch&q=outbox", in_url),
+        ("/", (urlencoded, "application/x-www-form-urlencoded")),
+        ("/?action=ack&q=outbox&group=g", in_url),
+        ("/?action=consume&q=outbox&group=g", in_url),
+    ]:
+        reply = client.post(url, data=data, content_type=content_type, headers=headers)
+        assert reply.status_code in (400, 413), (url, reply.status_code, reply.get_json())
+        assert "takes no message" in reply.get_json()["error"]
+        assert written.total == 0, f"{url}: message bytes written for a read action"
+    assert list((tmp_path / "data").rglob("temp/*")) == []
+    # The same reader's fetch without a message, as a form, is served as before.
+    (tmp_path / "data" / "queues" / "outbox").mkdir(parents=True, exist_ok=True)
+    form = _multipart([("action", b"fetch"), ("q", b"outbox")])
+    reply = client.post("/", data=form[0], content_type=form[1], headers=headers)
+    assert reply.status_code == 200, reply.get_json()
+
+
+def test_a_read_actions_body_of_many_fields_is_bounded(client, written) -> None:
+    """Without a message, a read action's body is small fields only: a declared length
+    past that is refused unread (413), and fields past twice ZOSCII_MAX_FIELD_BYTES in
+    all (distinct names, each under the limit) are refused as they arrive."""
+    reply = client.post(
+        "/?action=fetch&q=outbox",
+        data=b"a=" + b"x" * 5_000_000,
+        content_type="application/x-www-form-urlencoded",
+        headers=bearer(READER),
+    )
+    assert reply.status_code == 413 and "takes no message" in reply.get_json()["error"]
+    fields = [(f"f{i}", b"y" * 900_000) for i in range(3)]
+    reply = client.post(
+        "/",
+        data=_urlencoded([("action", b"fetch"), ("q", b"outbox"), *fields]),
+        content_type="application/x-www-form-urlencoded",
+        headers=bearer(READER),
+    )
+    assert reply.status_code == 400 and "other than 'msg'" in reply.get_json()["error"]
+    assert written.total == 0

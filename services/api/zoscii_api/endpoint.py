@@ -61,6 +61,11 @@ WRITE_ACTIONS = frozenset(
         "delete",
     }
 )
+# The actions that take a message (``msg``, a raw body, a batch): every other action's
+# body holds small fields only, and a message sent with one is refused before a byte of
+# it is written, whatever the client's rights (issue 27: a reader's 200 MB ``msg`` on a
+# fetch went to queues/temp).
+MESSAGE_ACTIONS = frozenset({"publish", "store"})
 WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.yaml\n"
 READ_ONLY = "This server serves a read-only copy: writes are refused."
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
@@ -185,6 +190,8 @@ class Endpoint:
                     "form fields ahead of the 'msg' part."
                 )
             self._admit(request, action, _text(known, "q"), client)
+            if action not in MESSAGE_ACTIONS:
+                raise InvalidInput(f"Action '{action}' takes no message: send it without 'msg'.")
 
         with body_deadline(
             environ,
@@ -207,14 +214,19 @@ class Endpoint:
 
     def _check_size(self, request: Request, query: dict[str, bytes], content_type: str) -> None:
         settings = self.settings
-        limit = settings.max_message_bytes * FORM_OVERHEAD + settings.max_field_bytes
-        if query.get("batch") == b"1" or _mimetype(content_type) == BATCH_BODY:
-            limit = max(limit, settings.max_batch_bytes * FORM_OVERHEAD)
+        action = _action_label(_text(query, "action"))
+        if action in ACTIONS and action not in MESSAGE_ACTIONS:
+            # Small fields only (receipts, names...): a bigger body is refused unread.
+            limit = settings.max_field_bytes * (FORM_OVERHEAD + 1)
+            refusal = f"Action '{action}' takes no message: its body is at most {limit} bytes."
+        else:
+            limit = settings.max_message_bytes * FORM_OVERHEAD + settings.max_field_bytes
+            if query.get("batch") == b"1" or _mimetype(content_type) == BATCH_BODY:
+                limit = max(limit, settings.max_batch_bytes * FORM_OVERHEAD)
+            refusal = f"Message larger than the maximum of {settings.max_message_bytes} bytes."
         if request.content_length and request.content_length > limit:
-            request.environ["zoscii.action"] = _action_label(_text(query, "action"))
-            raise TooLarge(
-                f"Message larger than the maximum of {settings.max_message_bytes} bytes."
-            )
+            request.environ["zoscii.action"] = action
+            raise TooLarge(refusal)
 
     def _admit(
         self, request: Request, action: str, raw_queue: str | None, client: Client | None
@@ -313,7 +325,7 @@ def _check_raw_body(query: dict[str, bytes], mimetype: str) -> None:
             f"A {BATCH_BODY} body is a batch publish: put action=publish (with q) in the "
             "query string."
         )
-    if action not in ("publish", "store"):
+    if action not in MESSAGE_ACTIONS:
         raise InvalidInput(
             "A body that is not a form is the message of a publish or store: put "
             "action=publish (with q) or action=store in the query string."
