@@ -17,13 +17,16 @@ message does:
 * **004 / 005 / 006**: ack, requeue (behind the messages waiting, with the new TTL if
   the packet is there: 0 = none) and dead letter of the message whose id is given.
 
-The message id is the 32-hex token of the delivery's receipt (``<name>:<token>``). The
-gateway keeps id -> receipt: while the connection that received it is open, and after it
-closed (bounded, ``ZOSCII_PHPMQ_MAX_IDS``), so an ack sent after a reconnect still
-works, on any connection of this process. An id that is unknown (never dispatched by
-this process, forgotten, already finished, or not of the named queue) or fenced (its
-lease went to another consumer meanwhile) is logged and answered by nothing: PHPMQ has
-no error message.
+The message id is the message's own: the 32 hex digits of its name's GUID, the same at
+every delivery (a requeued or released message comes back with its id, as php-mq's own
+server keeps it), so a client can tell a redelivery. The gateway keeps (queue, id) ->
+the receipt of its latest delivery by this process: while the connection that received
+it is open, and after it closed (bounded, ``ZOSCII_PHPMQ_MAX_IDS``), so an ack sent after
+a reconnect still works, on any connection of this process; an ack names the message,
+so it settles its latest delivery, whoever holds it. An id that is unknown (never
+dispatched by this process, forgotten, already finished, or not of the named queue) or
+fenced (delivered by another process meanwhile) is logged and answered by nothing:
+PHPMQ has no error message.
 
 Leases last ``ZOSCII_PHPMQ_LEASE_SECONDS`` and are renewed while their connection is
 open, however long the client works. When a connection closes, its unacknowledged
@@ -75,7 +78,7 @@ from zoscii_phpmq.settings import Settings
 from zosciimq.access import Client
 from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
 from zosciimq.core.groups import ConsumerGroups, Delivery, Outcome
-from zosciimq.core.names import clean_queue
+from zosciimq.core.names import clean_queue, parse_name
 from zosciimq.errors import Fenced, Forbidden, InvalidInput, TryAgain, Unauthenticated, ZosciiError
 
 log = logging.getLogger("zoscii_phpmq.gateway")
@@ -100,7 +103,7 @@ class Refused(ProtocolError):
 class Held:
     """A dispatched message, until this gateway sees it acked, requeued or dead-lettered."""
 
-    token: str  # the message id of the 003
+    token: str  # the message id of the 003: its name's GUID, 32 hex digits
     queue: str
     group: str
     receipt: str
@@ -109,33 +112,37 @@ class Held:
 
 
 class Ids:
-    """Message id -> Held: those of open connections, and the last ``max_released`` of
-    connections that closed (so an ack after a reconnect works)."""
+    """(queue, message id) -> Held: those of open connections, and the last
+    ``max_released`` of connections that closed (so an ack after a reconnect works). By
+    queue: a dead-letter queue's copy has the name, so the id, of its original."""
 
     def __init__(self, max_released: int) -> None:
         self.max_released = max_released
-        self.live: dict[str, Held] = {}
-        self.released: OrderedDict[str, Held] = OrderedDict()
+        self.live: dict[tuple[str, str], Held] = {}
+        self.released: OrderedDict[tuple[str, str], Held] = OrderedDict()
 
     def add(self, held: Held) -> None:
-        self.released.pop(held.token, None)
-        self.live[held.token] = held
+        key = (held.queue, held.token)
+        self.released.pop(key, None)
+        self.live[key] = held
 
-    def get(self, token: str) -> Held | None:
-        return self.live.get(token) or self.released.get(token)
+    def get(self, queue: str, token: str) -> Held | None:
+        key = (queue, token)
+        return self.live.get(key) or self.released.get(key)
 
     def forget(self, held: Held) -> None:
-        if self.live.get(held.token) is held:
-            del self.live[held.token]
-        if self.released.get(held.token) is held:
-            del self.released[held.token]
+        key = (held.queue, held.token)
+        if self.live.get(key) is held:
+            del self.live[key]
+        if self.released.get(key) is held:
+            del self.released[key]
 
     def release(self, held: Held) -> None:
         """Its connection closed: keep it a while for a late ack."""
         self.forget(held)
         held.owner = None
         if self.max_released:
-            self.released[held.token] = held
+            self.released[held.queue, held.token] = held
             while len(self.released) > self.max_released:
                 self.released.popitem(last=False)
 
@@ -586,8 +593,8 @@ class Gateway:
         queue, _ = _queue(message)
         self._authorize(conn, action, queue)
         token = message.fields[PacketType.MESSAGE_ID].decode("ascii", "replace")
-        held = self.ids.get(token)
-        if held is None or held.queue != queue:
+        held = self.ids.get(queue, token)
+        if held is None:
             self.metrics.ignored.labels("unknown").inc()
             log.warning(
                 "connection %s: %s of unknown message id %r on %s: ignored",
@@ -717,7 +724,10 @@ class Gateway:
         # close of the connection releases them, whatever happens below.
         helds = []
         for delivery in got:
-            token = delivery.receipt.rpartition(":")[2]
+            token = _message_id(delivery)
+            earlier = self.ids.get(sub.queue, token)
+            if earlier is not None:  # its lease ran out and it came back: that one is over
+                self._forget(earlier)
             held = Held(token, sub.queue, sub.group, delivery.receipt, delivery.lease_until, sub)
             sub.inflight[token] = held
             self.ids.add(held)
@@ -861,6 +871,14 @@ def _number(raw: bytes | None, what: str) -> int | None:
     if not raw.isdigit() or len(raw) > MAX_NUMBER_DIGITS:
         raise ProtocolError("bad_number", f"{what} {raw[:40]!r} is not a whole number")
     return int(raw)
+
+
+def _message_id(delivery: Delivery) -> str:
+    """The id of a 003: the GUID of the message's name, the same at every delivery."""
+    try:
+        return parse_name(delivery.name).guid.replace("-", "").lower()
+    except InvalidInput:  # not a name of this format: the delivery's own token
+        return delivery.receipt.rpartition(":")[2]
 
 
 def _read_all(delivery: Delivery) -> bytes:
