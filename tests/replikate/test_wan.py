@@ -171,6 +171,38 @@ def test_a_run_longer_than_the_interval_raises_no_scheduler_warning(
     assert_exact_copy(source, sq, tmp_path, tq)
 
 
+def test_a_stop_during_a_long_run_ends_the_service_soon(
+    source: tuple[str, Path], link: WanProxy, tmp_path: Path
+) -> None:
+    """SIGTERM while a run is under way on a slow link: it ends after its current batch
+    and the service returns (the run's job, paused while it runs, is resumed into a
+    scheduler that is shutting down: no deadlock on the scheduler's locks)."""
+    sq, tq = queue_name(), "mirror"
+    publish_all(source[0], sq, [b"y" * 900 for _ in range(300)])
+    link.rate = 30_000
+    settings = Settings(
+        core=CoreSettings(data_dir=tmp_path),
+        jobs=(make_job(link.url, sq, tq, batch_count=10, interval_seconds=1),),
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+    )
+    service = Service(settings)
+    assert service.prepare() is None
+    thread = threading.Thread(target=service.serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not queue_contents(tmp_path, tq):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    service.stop.set()
+    thread.join(10)
+    alive = thread.is_alive()
+    link.rate = None
+    service.close()
+    assert not alive, "the service did not stop within 10 s of the stop"
+    assert 0 < len(queue_contents(tmp_path, tq)) < 300  # stopped between batches
+
+
 def test_a_flapping_link_loses_duplicates_and_reorders_nothing(
     source: tuple[str, Path], link: WanProxy, tmp_path: Path
 ) -> None:

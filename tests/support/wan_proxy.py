@@ -85,10 +85,7 @@ class WanProxy:
         self.heal()
 
     def reset(self) -> None:
-        with self._lock:
-            sockets, self._open = self._open, []
-        for sock in sockets:
-            _abort(sock)
+        self._cut()
         self.faults["resets"] += 1
 
     def close(self) -> None:
@@ -96,7 +93,13 @@ class WanProxy:
         self._flapping = False
         self.heal()
         self.listener.close()
-        self.reset()
+        self._cut()
+
+    def _cut(self) -> None:
+        with self._lock:
+            sockets, self._open = self._open, []
+        for sock in sockets:
+            _abort(sock)
 
     def __enter__(self) -> WanProxy:
         return self

@@ -56,6 +56,8 @@ class Service:
         self.metrics = ReplikateMetrics()
         self.stop = stop or threading.Event()
         self.ops_server: OpsServer | None = None  # set by serve()
+        self._running = 0  # runs in progress (the stop waits for them)
+        self._idle = threading.Condition()
         self.replicators = {
             job.name: Replicator(job, self.data_dir, self.metrics, clock=clock, stop=self.stop)
             for job in settings.jobs
@@ -99,7 +101,11 @@ class Service:
         finally:
             log.info("stopping: letting running jobs finish their current batch")
             if scheduler is not None:
-                scheduler.shutdown(wait=True)
+                # Not shutdown(wait=True): it holds the job store's lock while it waits,
+                # and a run ending meanwhile needs that lock to resume its job.
+                scheduler.shutdown(wait=False)
+                with self._idle:
+                    self._idle.wait_for(lambda: self._running == 0)
             ops.stop()
 
     def _scheduler(self) -> BackgroundScheduler | None:
@@ -134,14 +140,21 @@ class Service:
 
     def _run_paused(self, scheduler: BackgroundScheduler, name: str) -> RunResult:
         """One run of job ``name``, its schedule paused meanwhile (no tick while it runs)."""
-        scheduler.pause_job(name)
+        with self._idle:
+            self._running += 1
         try:
-            return self.replicators[name].run()
-        finally:
+            scheduler.pause_job(name)
             try:
-                scheduler.resume_job(name)
-            except (JobLookupError, SchedulerNotRunningError):  # shutting down
-                pass
+                return self.replicators[name].run()
+            finally:
+                try:
+                    scheduler.resume_job(name)
+                except (JobLookupError, SchedulerNotRunningError):  # shutting down
+                    pass
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
 
     def health(self) -> Health:
         """The data directory's problem if any, and each job's last run."""
