@@ -244,6 +244,7 @@ def run_scenario(name: str, messages: int, tmp: Path) -> dict[str, Any]:
                     break
                 time.sleep(0.2)
             done = time.monotonic()
+            time.sleep(2)  # the source's "nothing newer" after the last batch: lag near 0
         finally:
             link.steady()
             watch.stop()
@@ -263,7 +264,7 @@ def run_scenario(name: str, messages: int, tmp: Path) -> dict[str, Any]:
                 "maximum number of running instances" in line for line in replikate.log
             ),
         }
-        last = [m for _, m in watch.samples if m]
+        last = [m for t, m in watch.samples if m and t > done]
         success_during = [
             m for m in watch.between(started, done)
             if m.get("zoscii_replikate_last_success_timestamp_seconds")
