@@ -382,7 +382,8 @@ class Gateway:
                     conn.pending = False
                     self.pending.pop(conn, None)
         except ProtocolError as exc:
-            self._closed(conn, exc)
+            if not conn.gone:  # an evicted connection's end was logged by its eviction
+                self._closed(conn, exc)
         except (ConnectionError, OSError) as exc:
             log.info("connection %s lost: %s", conn, exc)
         except Exception:
