@@ -253,6 +253,7 @@ def run_scenario(name: str, messages: int, tmp: Path) -> dict[str, Any]:
         want = [body for _, body in queue_contents(work / "source", SOURCE_QUEUE)]
         got = [body for _, body in queue_contents(target, TARGET_QUEUE)]
         figures |= {
+            "messages": total,
             "seconds": round(done - started, 1),
             "catch_up_after_link_back_s": round(done - healed, 1) if partitions else None,
             "lost": len(set(want) - set(got)),
