@@ -140,6 +140,14 @@ bench-quick: venv
 	@sh bench/tools.sh
 	$(VENV)/bin/python -m bench.run --quick
 
+# Faults and attacks (issue 27): replication through eight WAN-fault scenarios of 20,000
+# messages (bench/wan_faults.py, about 15 minutes), then the attack run against the api
+# and the PHPMQ gateway (bench/attack_run.py); each prints its figures as JSON lines.
+.PHONY: bench-faults
+bench-faults: venv
+	$(VENV)/bin/python -m bench.wan_faults $(WAN_ARGS)
+	$(VENV)/bin/python -m bench.attack_run $(ATTACK_ARGS)
+
 # statissa over 100k and 1M generated files: local[*], a two-worker Spark cluster (needs
 # the images), a Python scan and find, in alternating rounds (docs/benchmarks.md,
 # "statissa at scale"). SCALE_ARGS passes more: e.g. '--ten-million --dir /mnt/big --keep'

@@ -9,8 +9,18 @@ Clients are declared in TOML (``ZOSCII_AUTH_FILE``, or the same text in
     username = "partner-a"             # optional: also accept HTTP Basic for old clients
     read = ["outbox_a"]                # queues it may fetch (fnmatch patterns)
     write = ["inbox_a"]                # queues it may publish to
+    groups = ["billing"]               # consumer groups it may use on queues it may read
+                                       # (default: its own name, and <name>-*)
     actions = ["store", "retrieve"]    # store, retrieve, scan, identify, metrics, statistics,
                                        # admin (operators: queues, purge, delete, replay)
+
+Consumer groups belong to clients: two partners that may both read a queue must not
+consume, ack or dead-letter each other's group. A group action (consume, ack, requeue,
+deadletter, extend) needs the read right on the queue and a ``groups`` pattern that
+matches the group; without ``groups``, a client's groups are those named after it (its
+name, or its name followed by ``-``, lower-cased as group names are). A group's
+dead-letter queue ``<queue>--<group>--dead`` follows the group: it is read by whoever may
+use that group on that queue, and by nobody else, whatever the read patterns say.
 
 Only hashes are kept; a presented secret is hashed and compared with every client's
 hash in constant time, so neither timing nor an early exit tells which part matched.
@@ -34,6 +44,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from zosciimq.core.groups import dead_letter_owners
 from zosciimq.errors import Forbidden, Unauthenticated
 from zosciimq.settings import SettingsError
 
@@ -41,6 +52,7 @@ __all__ = [
     "ACTIONS",
     "ADMIN_ACTIONS",
     "ADMIN_RIGHT",
+    "GROUP_ACTIONS",
     "READ_ACTIONS",
     "SERVICE_ACTIONS",
     "STORE_ACTIONS",
@@ -64,6 +76,8 @@ ADMIN_ACTIONS = frozenset({"queues", "purge", "delete", "replay"})
 ACTIONS = STORE_ACTIONS | SERVICE_ACTIONS | {ADMIN_RIGHT}  # what ``actions`` may name
 # Reading a queue: by pointer, or through a consumer group.
 READ_ACTIONS = frozenset({"fetch", "consume", "ack", "requeue", "deadletter", "extend"})
+# The actions of a consumer group: they also need the right to the group.
+GROUP_ACTIONS = READ_ACTIONS - {"fetch"}
 
 
 @dataclass(frozen=True)
@@ -74,15 +88,37 @@ class Client:
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     actions: frozenset[str] = frozenset()
+    groups: tuple[str, ...] | None = None  # None: named after the client (own_groups)
 
-    def may(self, action: str, queue: str | None) -> bool:
+    def may(self, action: str, queue: str | None, group: str | None = None) -> bool:
+        """``group``: the clean group of a group action, or None while it is not known
+        yet (the queue is judged before a body is read, the group once it is)."""
         if action == "publish":
             return queue is not None and any(fnmatchcase(queue, p) for p in self.write)
         if action in READ_ACTIONS:
-            return queue is not None and any(fnmatchcase(queue, p) for p in self.read)
+            if queue is None or not self.may_read(queue):
+                return False
+            return group is None or action not in GROUP_ACTIONS or self.may_use(group)
         if action in ADMIN_ACTIONS:
             return ADMIN_RIGHT in self.actions
         return action in self.actions
+
+    def may_read(self, queue: str) -> bool:
+        """A queue by the read patterns; a dead-letter queue by its group's rights."""
+        owners = dead_letter_owners(queue)
+        if owners:
+            return any(self.may_read(q) and self.may_use(g) for q, g in owners)
+        return any(fnmatchcase(queue, p) for p in self.read)
+
+    def may_use(self, group: str) -> bool:
+        patterns = self.groups if self.groups is not None else self.own_groups
+        return any(fnmatchcase(group, p) for p in patterns)
+
+    @property
+    def own_groups(self) -> tuple[str, str]:
+        """The default: groups named after the client (``partner-a``, ``partner-a-*``)."""
+        name = self.name.lower()
+        return (name, f"{name}-*")
 
 
 class AccessControl:
@@ -109,11 +145,19 @@ class AccessControl:
             raise Unauthenticated("Authentication required.")
         return found
 
-    def authorize(self, client: Client | None, action: str, queue: str | None = None) -> None:
+    def authorize(
+        self,
+        client: Client | None,
+        action: str,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> None:
         if client is None:
             return
-        if not client.may(action, queue):
+        if not client.may(action, queue, group):
             target = f" on queue '{queue}'" if queue else ""
+            if group is not None and queue is not None and client.may(action, queue):
+                target += f" in group '{group}' (not one of this client's groups)"
             raise Forbidden(f"Not allowed to {action}{target}.")
 
 
@@ -169,6 +213,11 @@ def parse_clients(text: str) -> list[Client]:
         actions = frozenset(entry.get("actions", []))
         if not actions <= ACTIONS:
             raise SettingsError(f"{where}: unknown actions {sorted(actions - ACTIONS)}")
+        groups = entry.get("groups")
+        if groups is not None and (
+            not isinstance(groups, list) or not all(isinstance(g, str) for g in groups)
+        ):
+            raise SettingsError(f"{where}: groups must be a list of group name patterns")
         clients.append(
             Client(
                 name=str(entry.get("name", f"client-{number}")),
@@ -177,6 +226,7 @@ def parse_clients(text: str) -> list[Client]:
                 read=tuple(entry.get("read", [])),
                 write=tuple(entry.get("write", [])),
                 actions=actions,
+                groups=None if groups is None else tuple(g.lower() for g in groups),
             )
         )
     if not clients:

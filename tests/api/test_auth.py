@@ -2,6 +2,7 @@
 
 import base64
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,142 @@ actions = ["store"]
     )
     markers = sorted(p.name for p in (tmp_path / "data" / "nonce").iterdir())
     assert "invoice-4711" not in markers and len(markers) == 3
+
+
+# --- a read action never stores a body (issue 27, item 4) ----------------------------------
+
+
+def _urlencoded(fields: list[tuple[str, bytes]]) -> bytes:
+    from urllib.parse import quote_from_bytes
+
+    return b"&".join(f"{k}={quote_from_bytes(v)}".encode() for k, v in fields)
+
+
+@pytest.mark.parametrize("access", ["on", "off"])
+def test_a_read_action_with_a_message_is_refused_before_a_byte_of_it_is_written(
+    tmp_path, written, access
+) -> None:
+    """Issue 27 item 4: an *allowed* fetch (a reader's token) with a 200 MB ``msg`` wrote
+    the whole body into queues/temp before answering 200: as a multipart part, with
+    action and q as form fields, and urlencoded. Now refused as the message starts,
+    whatever the rights (and with access control off too)."""
+    rights = AccessControl(parse_clients(CLIENTS) if access == "on" else [])
+    client = make_client(tmp_path / "data", access=rights)
+    headers = bearer(READER) if access == "on" else {}
+    big = b"x" * 3_000_000
+    multipart = _multipart([("action", b"fetch"), ("q", b"outbox"), ("msg", big)])
+    in_url = _multipart([("msg", big)])
+    urlencoded = _urlencoded([("action", b"fetch"), ("q", b"outbox"), ("msg", big)])
+    for url, (data, content_type) in [
+        ("/", multipart),
+        ("/?action=fetch&q=outbox", in_url),
+        ("/", (urlencoded, "application/x-www-form-urlencoded")),
+        ("/?action=ack&q=outbox&group=reader", in_url),
+        ("/?action=consume&q=outbox&group=reader", in_url),
+    ]:
+        reply = client.post(url, data=data, content_type=content_type, headers=headers)
+        assert reply.status_code in (400, 413), (url, reply.status_code, reply.get_json())
+        assert "takes no message" in reply.get_json()["error"]
+        assert written.total == 0, f"{url}: message bytes written for a read action"
+    assert list((tmp_path / "data").rglob("temp/*")) == []
+    # The same reader's fetch without a message, as a form, is served as before.
+    (tmp_path / "data" / "queues" / "outbox").mkdir(parents=True, exist_ok=True)
+    form = _multipart([("action", b"fetch"), ("q", b"outbox")])
+    reply = client.post("/", data=form[0], content_type=form[1], headers=headers)
+    assert reply.status_code == 200, reply.get_json()
+
+
+def test_a_read_actions_body_of_many_fields_is_bounded(client, written) -> None:
+    """Without a message, a read action's body is small fields only: a declared length
+    past that is refused unread (413), and fields past twice ZOSCII_MAX_FIELD_BYTES in
+    all (distinct names, each under the limit) are refused as they arrive."""
+    reply = client.post(
+        "/?action=fetch&q=outbox",
+        data=b"a=" + b"x" * 5_000_000,
+        content_type="application/x-www-form-urlencoded",
+        headers=bearer(READER),
+    )
+    assert reply.status_code == 413 and "takes no message" in reply.get_json()["error"]
+    fields = [(f"f{i}", b"y" * 900_000) for i in range(3)]
+    reply = client.post(
+        "/",
+        data=_urlencoded([("action", b"fetch"), ("q", b"outbox"), *fields]),
+        content_type="application/x-www-form-urlencoded",
+        headers=bearer(READER),
+    )
+    assert reply.status_code == 400 and "other than 'msg'" in reply.get_json()["error"]
+    assert written.total == 0
+
+
+# --- consumer groups belong to clients (issue 27, item 5) ---------------------------------
+
+ALICE, BOB = "alice-secret-0123456789", "bob-secret-0123456789"
+SHARING = f"""
+[[clients]]
+name = "alice"
+token_sha256 = "{sha(ALICE)}"
+read = ["shared*"]
+write = ["shared"]
+
+[[clients]]
+name = "bob"
+token_sha256 = "{sha(BOB)}"
+read = ["shared"]
+groups = ["billing", "bob-*"]
+"""
+
+
+def test_a_partner_cannot_consume_or_bury_another_partners_group(tmp_path) -> None:
+    """Issue 27 item 5: A and B may both read ``shared``; A consumed q=shared&group=billing
+    (B's group), got 5 leases and dead-lettered them; B then saw "No messages for this
+    group" and got 403 on shared--billing--dead. A group belongs to the clients whose
+    ``groups`` patterns name it (by default: groups named after the client), and its
+    dead-letter queue follows the group, not the read patterns."""
+    app = make_client(tmp_path / "data", access=AccessControl(parse_clients(SHARING)))
+    alice, bob = bearer(ALICE), bearer(BOB)
+    for number in range(5):
+        form = {"action": "publish", "q": "shared", "msg": f"invoice {number}"}
+        assert app.post("/", data=form, headers=alice).status_code == 200
+
+    def call(headers: dict, **params: str):
+        return app.post("/", data=params, headers=headers)
+
+    taken = call(alice, action="consume", q="shared", group="billing", count="5")
+    assert taken.status_code == 403, taken.get_data()[:200]
+    assert "not one of this client's groups" in taken.get_json()["error"]
+    assert app.get("/?action=consume&q=shared&group=billing", headers=alice).status_code == 403
+    fake = "202601020304050000-0007-0b1e6a52-9c1f-4c43-a1f4-3d1e52b7c001.bin:" + "0" * 32
+    for action in ("ack", "requeue", "deadletter", "extend"):
+        reply = call(alice, action=action, q="shared", group="billing", receipt=fake)
+        assert reply.status_code == 403, action
+    # Bob's group is untouched: all five messages are his to take, and to bury.
+    got = call(bob, action="consume", q="shared", group="billing", count="5")
+    assert got.status_code == 200 and got.mimetype == "multipart/mixed"
+    receipts = [line.split(": ", 1)[1] for line in got.get_data(as_text=True).splitlines()
+                if line.startswith("X-ZOSCII-Receipt: ")]  # fmt: skip
+    assert len(receipts) == 5
+    listed = json.dumps(receipts)
+    buried = call(bob, action="deadletter", q="shared", group="billing", receipts=listed)
+    assert buried.get_json()["message"] == "5 of 5 dead-lettered."
+    # The dead letters follow the group: Bob reads them (no read pattern names them),
+    # Alice does not (her pattern shared* would).
+    dead = "shared--billing--dead"
+    assert app.get(f"/?action=fetch&q={dead}", headers=bob).status_code == 200
+    assert app.get(f"/?action=fetch&q={dead}", headers=alice).status_code == 403
+    assert call(alice, action="consume", q=dead, group="alice").status_code == 403
+    # Each still has groups of its own: Alice's by her name, Bob's by his patterns.
+    assert call(alice, action="consume", q="shared", group="alice").status_code == 200
+    assert call(alice, action="consume", q="shared", group="alice-audit").status_code == 200
+    assert call(bob, action="consume", q="shared", group="bob-2").status_code == 200
+    assert call(bob, action="consume", q="shared", group="bob").status_code == 403
+
+
+def test_groups_in_the_clients_file() -> None:
+    alice, bob = parse_clients(SHARING)
+    assert alice.groups is None and alice.own_groups == ("alice", "alice-*")
+    assert bob.groups == ("billing", "bob-*")
+    assert bob.may("consume", "shared", "billing") and not alice.may("ack", "shared", "billing")
+    assert bob.may("fetch", "shared--billing--dead") and not bob.may("fetch", "shared--x--dead")
+    assert alice.may("consume", "shared")  # the group not known yet: the queue alone
+    with pytest.raises(SettingsError, match="groups must be a list"):
+        parse_clients(SHARING.replace('groups = ["billing", "bob-*"]', 'groups = "billing"'))

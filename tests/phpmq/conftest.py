@@ -94,8 +94,8 @@ class GatewayProcess:
             time.sleep(0.02)
         raise AssertionError(f"no log line matches {pattern!r}:\n{self.log()}")
 
-    def connect(self) -> Client:
-        return Client(self.port)
+    def connect(self, source: str | None = None) -> Client:
+        return Client(self.port, source=source)
 
     def ops(self, path: str) -> tuple[int, str]:
         try:
@@ -115,6 +115,13 @@ class GatewayProcess:
         """Until /healthz counts ``count`` open connections (new accepted, closed gone)."""
         deadline = time.monotonic() + timeout
         while json.loads(self.ops("/healthz")[1])["connections"] != count:
+            assert time.monotonic() < deadline, self.ops("/healthz")
+            time.sleep(0.02)
+
+    def wait_pending(self, count: int, timeout: float = 5.0) -> None:
+        """Until /healthz counts ``count`` pending connections (no first message yet)."""
+        deadline = time.monotonic() + timeout
+        while json.loads(self.ops("/healthz")[1])["pending"] != count:
             assert time.monotonic() < deadline, self.ops("/healthz")
             time.sleep(0.02)
 

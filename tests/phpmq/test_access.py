@@ -5,12 +5,14 @@ write right on the queue, consume, ack, requeue and dead letter the read right."
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.phpmq import wire
 from tests.phpmq.conftest import GatewayProcess, publish, queue_name
+from tests.security.figures import TALLY
 
 TOKEN = "partner-token-0123456789abcdef"
 OTHER = "reader-token-0123456789abcdef"
@@ -128,3 +130,62 @@ def test_publish_through_the_open_gateway_accepts_and_ignores_a_token(
         client.send(wire.consume(queue, 1))
         assert client.read().content == b"fine"
     publish(gateway, queue, b"more")
+
+
+# --- rights before content (issue 27, item 2) ------------------------------------------------
+
+
+def temp_bytes(gateway: GatewayProcess) -> int:
+    temp = gateway.data_dir / "queues" / "temp"
+    return sum(p.stat().st_size for p in temp.iterdir()) if temp.exists() else 0
+
+
+def send_all_but_the_last_byte(gateway: GatewayProcess, before: bytes, queue: str) -> None:
+    """``before`` (nothing, a token), then a 001 with a 4 MiB content cut one byte short:
+    what reached the disk while the connection is still open, and its end."""
+    size = 4 << 20
+    head = wire.message(wire.SEND, (wire.QUEUE, queue), (wire.CONTENT, b""), (wire.TTL, "0"))
+    head = head[: head.index(b"P02")] + f"P02{size:029d}".encode()
+    with gateway.connect() as client:
+        try:
+            client.send(before + head + b"x" * (size - 1))
+        except OSError:  # closed while sending: what the fix does
+            pass
+        time.sleep(0.3)
+        assert temp_bytes(gateway) == 0, "content of a refused message reached the disk"
+        client.wait_closed()
+
+
+def test_content_is_not_written_before_the_token_and_the_right(guarded: GatewayProcess) -> None:
+    """Issue 27 item 2: eight connections without a token, each sending a 001 with a
+    16 MiB content packet minus its last byte, put 125,829,120 bytes in queues/temp; a
+    token without the write right, the same. The right is decided from the header and
+    the queue packet before a byte of content is read."""
+    queue = queue_name("out_")  # the partner may read it, not write it
+    cases = [
+        (b"", queue_name("in_"), "unauthenticated"),  # no token at all
+        (wire.authenticate(TOKEN), queue, "forbidden"),  # a token without the right
+    ]
+    for before, target, reason in cases:
+        errors = guarded.metric("zoscii_phpmq_protocol_errors_total", reason=reason)
+        send_all_but_the_last_byte(guarded, before, target)
+        assert guarded.metric("zoscii_phpmq_protocol_errors_total", reason=reason) == errors + 1
+        TALLY["phpmq: refused before content"] += 1
+    assert guarded.messages(queue) == []
+    guarded.wait_for_log(r"closed: unauthenticated \(content of a 001 before a 000")
+
+
+def test_with_access_control_the_queue_comes_before_the_content(guarded: GatewayProcess) -> None:
+    """A 001 whose content comes before its queue packet cannot be judged before it is
+    read: refused with access control on (real clients send the queue first)."""
+    content_first = wire.message(wire.SEND, (wire.CONTENT, b"x" * 1000), (wire.QUEUE, "in_a"))
+    closed_with(guarded, wire.authenticate(TOKEN) + content_first, "content_first")
+    assert temp_bytes(guarded) == 0
+
+
+def test_a_declared_length_over_the_limit_is_refused_at_once(guarded: GatewayProcess) -> None:
+    """The packet header alone says too much: closed before a byte of content is sent."""
+    over = (16 << 20) + 1
+    head = wire.authenticate(TOKEN) + b"H0100103" + f"P01{5:029d}in_ab".encode()
+    closed_with(guarded, head + f"P02{over:029d}".encode(), "too_large")
+    assert temp_bytes(guarded) == 0

@@ -93,13 +93,17 @@ def test_requeue_puts_the_message_behind_those_waiting(gateway: GatewayProcess) 
         a = client.read()
         assert a.content == b"A"
         client.send(wire.requeue(queue, a.id))
-        order = []
+        order, again = [], None
         for _ in range(3):
             message = client.read()
             order.append(message.content)
+            if message.content == b"A":
+                again = message
             client.send(wire.ack(queue, message.id))
         client.expect_nothing(0.3)
     assert order == [b"B", b"C", b"A"]
+    # Issue 27 item 8: the requeued message keeps its id, as php-mq's own server keeps it.
+    assert again is not None and again.id == a.id
     assert gateway.groups().stats(queue, "phpmq").acked == 3
 
 
@@ -188,7 +192,7 @@ def test_a_closed_connections_messages_go_to_the_other_consumer(
         again = [other.read(timeout=2), other.read(timeout=2)]
     assert [m.content for m in held] == [b"x1", b"x2"]
     assert [m.content for m in again] == [b"x1", b"x2"]  # in their order
-    assert set(ids(again)).isdisjoint(ids(held))  # new deliveries, new ids
+    assert ids(again) == ids(held)  # the same messages: the same ids (php-mq's server too)
 
 
 def test_an_ack_after_a_reconnect_works(gateway: GatewayProcess) -> None:
@@ -203,6 +207,26 @@ def test_an_ack_after_a_reconnect_works(gateway: GatewayProcess) -> None:
         second.send(wire.consume(queue, 1))
         second.expect_nothing(0.4)  # acked: not delivered again
     assert gateway.groups().stats(queue, "phpmq").acked == 1
+
+
+def test_a_late_ack_by_id_settles_the_messages_latest_delivery(gateway: GatewayProcess) -> None:
+    """The id names the message, not a delivery: an ack sent after a reconnect, once the
+    message went to another consumer, finishes it (its work was done), and frees that
+    consumer's window; the second consumer's own ack of it is then ignored."""
+    queue = queue_name()
+    publish(gateway, queue, b"once", b"next")
+    with gateway.connect() as first:
+        first.send(wire.consume(queue, 1))
+        message = first.read()
+    with gateway.connect() as second, gateway.connect() as late:
+        second.send(wire.consume(queue, 1))
+        redelivered = second.read()
+        assert (redelivered.content, redelivered.id) == (b"once", message.id)
+        late.send(wire.ack(queue, message.id))  # the first consumer, after a reconnect
+        assert second.read().content == b"next"  # its window was freed by that ack
+        second.send(wire.ack(queue, redelivered.id))
+        gateway.wait_for_log(r"ack of unknown message id")
+    assert gateway.wait_for_stats(queue, lambda s: s.acked == 1).acked == 1
 
 
 def test_an_unknown_or_fenced_id_is_logged_and_answered_by_nothing(

@@ -22,6 +22,7 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]
         ZOSCII_PHPMQ_MAX_MESSAGE_BYTES=str(LIMIT),
         ZOSCII_PHPMQ_FRAME_TIMEOUT_SECONDS="0.5",
         ZOSCII_PHPMQ_MAX_CONNECTIONS="4",
+        ZOSCII_PHPMQ_FIRST_MESSAGE_SECONDS="1",
     ).start()
     try:
         yield process
@@ -124,8 +125,9 @@ def test_a_message_that_stalls_midway_is_cut_off(strict: GatewayProcess) -> None
 
 def test_an_idle_connection_between_messages_stays_open(strict: GatewayProcess) -> None:
     with strict.connect() as client:
-        client.expect_nothing(1.0)  # twice the frame timeout: idle is not a stall
         queue = queue_name()
+        client.send(wire.consume(queue_name(), 1))  # its first message: established
+        client.expect_nothing(1.5)  # 3 frame timeouts, past the first message's deadline
         client.send(wire.send(queue, b"later"))
         client.send(wire.consume(queue, 1))
         assert client.read().content == b"later"
@@ -140,10 +142,15 @@ def test_content_at_the_limit_is_accepted(strict: GatewayProcess) -> None:
 
 
 def test_connections_over_the_maximum_are_refused(strict: GatewayProcess) -> None:
+    """When every slot is held by an established connection (one that sent its first
+    message), a new one is refused; pending ones give theirs up (test_admission)."""
     strict.wait_idle()
     open_ = [strict.connect() for _ in range(4)]
     try:
+        for client in open_:
+            client.send(wire.consume(queue_name(), 1))
         strict.wait_connections(4)
+        strict.wait_pending(0)  # their first messages handled: established
         with strict.connect() as extra:
             extra.wait_closed()
         strict.wait_for_log(r"refused: 4 open, the maximum")

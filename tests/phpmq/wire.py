@@ -99,8 +99,11 @@ class Client:
     """A connection to the gateway, reading as the real client does: one read of the
     8-byte header, then the packets."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
-        self.sock = socket.create_connection((host, port), timeout=5)
+    def __init__(self, port: int, host: str = "127.0.0.1", source: str | None = None) -> None:
+        """``source``: the local address to connect from (any of 127.0.0.0/8 on Linux:
+        tests play clients of several addresses)."""
+        bind = None if source is None else (source, 0)
+        self.sock = socket.create_connection((host, port), timeout=5, source_address=bind)
 
     def __enter__(self) -> Client:
         return self

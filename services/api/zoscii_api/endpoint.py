@@ -25,7 +25,7 @@ from werkzeug.wrappers import Request
 
 from zoscii_api.actions import Actions
 from zoscii_api.admin import AdminAllow
-from zoscii_api.auth import ADMIN_ACTIONS, Client
+from zoscii_api.auth import ADMIN_ACTIONS, GROUP_ACTIONS, Client
 from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import BATCH_BODY, RequestParams, query_fields, query_params, read_params
@@ -34,6 +34,7 @@ from zoscii_api.responses import Answer, Reply, envelope
 from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
 from zoscii_api.waiting import WAITED
 from zosciimq.core import DataDir, Upload
+from zosciimq.core.groups import clean_group
 from zosciimq.errors import (
     InvalidInput,
     ReadOnly,
@@ -61,6 +62,11 @@ WRITE_ACTIONS = frozenset(
         "delete",
     }
 )
+# The actions that take a message (``msg``, a raw body, a batch): every other action's
+# body holds small fields only, and a message sent with one is refused before a byte of
+# it is written, whatever the client's rights (issue 27: a reader's 200 MB ``msg`` on a
+# fetch went to queues/temp).
+MESSAGE_ACTIONS = frozenset({"publish", "store"})
 WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.yaml\n"
 READ_ONLY = "This server serves a read-only copy: writes are refused."
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
@@ -151,7 +157,9 @@ class Endpoint:
             if not _is_form(content_type):
                 _check_raw_body(query, _mimetype(content_type))
         if query.get("action"):
-            self._admit(request, _text(query, "action"), _text(query, "q"), client)
+            self._admit(
+                request, _text(query, "action"), _text(query, "q"), client, _text(query, "group")
+            )
         if has_body:
             params = self._read_body(request, query, client)
         else:
@@ -160,7 +168,7 @@ class Endpoint:
             action = params.text("action")
             if not action:
                 return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
-            self._admit(request, action, params.text("q"), client)
+            self._admit(request, action, params.text("q"), client, params.text("group"))
             return self.actions.handler(action)(request, params)
         finally:
             params.close()
@@ -184,7 +192,9 @@ class Endpoint:
                     "Send 'action' (and 'q') before the message: in the query string, or as "
                     "form fields ahead of the 'msg' part."
                 )
-            self._admit(request, action, _text(known, "q"), client)
+            self._admit(request, action, _text(known, "q"), client, _text(known, "group"))
+            if action not in MESSAGE_ACTIONS:
+                raise InvalidInput(f"Action '{action}' takes no message: send it without 'msg'.")
 
         with body_deadline(
             environ,
@@ -207,32 +217,49 @@ class Endpoint:
 
     def _check_size(self, request: Request, query: dict[str, bytes], content_type: str) -> None:
         settings = self.settings
-        limit = settings.max_message_bytes * FORM_OVERHEAD + settings.max_field_bytes
-        if query.get("batch") == b"1" or _mimetype(content_type) == BATCH_BODY:
-            limit = max(limit, settings.max_batch_bytes * FORM_OVERHEAD)
+        action = _action_label(_text(query, "action"))
+        if action in ACTIONS and action not in MESSAGE_ACTIONS:
+            # Small fields only (receipts, names...): a bigger body is refused unread.
+            limit = settings.max_field_bytes * (FORM_OVERHEAD + 1)
+            refusal = f"Action '{action}' takes no message: its body is at most {limit} bytes."
+        else:
+            limit = settings.max_message_bytes * FORM_OVERHEAD + settings.max_field_bytes
+            if query.get("batch") == b"1" or _mimetype(content_type) == BATCH_BODY:
+                limit = max(limit, settings.max_batch_bytes * FORM_OVERHEAD)
+            refusal = f"Message larger than the maximum of {settings.max_message_bytes} bytes."
         if request.content_length and request.content_length > limit:
-            request.environ["zoscii.action"] = _action_label(_text(query, "action"))
-            raise TooLarge(
-                f"Message larger than the maximum of {settings.max_message_bytes} bytes."
-            )
+            request.environ["zoscii.action"] = action
+            raise TooLarge(refusal)
 
     def _admit(
-        self, request: Request, action: str, raw_queue: str | None, client: Client | None
+        self,
+        request: Request,
+        action: str,
+        raw_queue: str | None,
+        client: Client | None,
+        raw_group: str | None = None,
     ) -> None:
-        """May this request run ``action`` (on ``raw_queue``)? Raises why not.
+        """May this request run ``action`` (on ``raw_queue``, in ``raw_group``)? Raises
+        why not.
 
         Checked up to three times (the URL, the start of the message, the whole form),
         the later ones with what the body added; a form field overrides the URL. The
         same question again (most often) has the same answer: not asked twice.
         """
         environ = request.environ
-        if environ.get(ADMITTED) == (action, raw_queue):
+        asked = (action, raw_queue, raw_group)
+        if environ.get(ADMITTED) == asked:
             return
-        self._check(request, action, raw_queue, client)
-        environ[ADMITTED] = (action, raw_queue)
+        self._check(request, action, raw_queue, client, raw_group)
+        environ[ADMITTED] = asked
 
     def _check(
-        self, request: Request, action: str, raw_queue: str | None, client: Client | None
+        self,
+        request: Request,
+        action: str,
+        raw_queue: str | None,
+        client: Client | None,
+        raw_group: str | None = None,
     ) -> None:
         environ = request.environ
         environ["zoscii.action"] = _action_label(action)
@@ -248,7 +275,10 @@ class Endpoint:
                 return  # a missing q is reported by the action itself
             queue = environ["zoscii.queue"] = self.actions.check_queue(action, raw_queue)
         if client is not None:
-            self.settings.access.authorize(client, action, queue)
+            # A group action's group is judged once known (URL or form; the action
+            # answers a missing one): groups belong to clients (zosciimq.access).
+            group = clean_group(raw_group) if raw_group and action in GROUP_ACTIONS else None
+            self.settings.access.authorize(client, action, queue, group)
         elif action in ADMIN_ACTIONS:
             # No access control: the peer's address decides (REMOTE_ADDR, or the
             # forwarded client when the peer is in ZOSCII_TRUSTED_PROXIES).
@@ -313,7 +343,7 @@ def _check_raw_body(query: dict[str, bytes], mimetype: str) -> None:
             f"A {BATCH_BODY} body is a batch publish: put action=publish (with q) in the "
             "query string."
         )
-    if action not in ("publish", "store"):
+    if action not in MESSAGE_ACTIONS:
         raise InvalidInput(
             "A body that is not a form is the message of a publish or store: put "
             "action=publish (with q) or action=store in the query string."

@@ -40,6 +40,7 @@ RAW_CHUNK = 1 << 20  # big reads: gunicorn copies its read-ahead buffer on every
 WHOLE_FORM_BYTES = 1 << 20  # urlencoded bodies up to this size are decoded in one go
 MSG = "msg"
 MAX_KEY_BYTES = 64
+FIELDS_PER_LIMIT = 2  # all the fields of a request: at most twice max_field_bytes
 BATCH_BODY = "application/vnd.zoscii.batch"
 FRAME_END = b"end"
 MAX_FRAME_HEADER = 1024  # "<length> n=...&r=...&ttl=...": a nonce is at most 128 bytes
@@ -115,21 +116,28 @@ def whole_number(raw: str | None, name: str, *, max_digits: int = 19) -> int:
     return int(raw)
 
 
+class _Budget:
+    """Bytes a whole batch (or all the fields) may still bring: refused while they
+    arrive, not after."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.left = limit, limit
+
+
 class _FieldBuffer:
-    def __init__(self, name: str, limit: int) -> None:
+    def __init__(self, name: str, limit: int, budget: _Budget) -> None:
         self.name, self.limit, self.data = name, limit, bytearray()
+        self.budget = budget
 
     def write(self, data: bytes) -> None:
         if len(self.data) + len(data) > self.limit:
             raise InvalidInput(f"Parameter '{self.name}' is longer than {self.limit} bytes.")
+        self.budget.left -= len(data)
+        if self.budget.left < 0:
+            raise InvalidInput(
+                f"The parameters other than 'msg' are longer than {self.budget.limit} bytes."
+            )
         self.data += data
-
-
-class _Budget:
-    """Bytes a whole batch may still bring: refused while it arrives, not after."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.left = limit, limit
 
 
 class _Budgeted:
@@ -159,6 +167,9 @@ class ParamCollector:
         self.params, self.new_upload, self.limit = params, new_upload, limit
         self.max_parts = max_parts
         self.batch_budget = _Budget(max_batch_bytes)
+        # Every field is kept in memory: many distinct names of ``limit`` bytes each must
+        # not add up to a body's worth (no action needs more than one big field).
+        self.fields_budget = _Budget(FIELDS_PER_LIMIT * limit)
         self.before_message = before_message
         self._buffer: _FieldBuffer | None = None
         self._unchecked = True  # fields changed since before_message last saw them
@@ -166,7 +177,7 @@ class ParamCollector:
     def open(self, name: str, headers: Headers | None = None) -> Sink:
         self.close()
         if name != MSG:
-            self._buffer = _FieldBuffer(name, self.limit)
+            self._buffer = _FieldBuffer(name, self.limit, self.fields_budget)
             return self._buffer
         if self.params.batch is not None:
             return self.open_part(BatchPart.options_of(headers))

@@ -133,7 +133,7 @@ def _receipts(params: RequestParams) -> tuple[list[str], bool]:
         raise InvalidInput("Missing receipt (receipt, or receipts as a JSON list).")
     try:
         receipts = json.loads(many)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a list nested 100,000 deep
         raise InvalidInput("Parameter 'receipts' is not valid JSON.") from None
     if not isinstance(receipts, list) or not all(isinstance(r, str) for r in receipts):
         raise InvalidInput("Parameter 'receipts' must be a JSON list of strings.")

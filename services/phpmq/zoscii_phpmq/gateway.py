@@ -17,13 +17,16 @@ message does:
 * **004 / 005 / 006**: ack, requeue (behind the messages waiting, with the new TTL if
   the packet is there: 0 = none) and dead letter of the message whose id is given.
 
-The message id is the 32-hex token of the delivery's receipt (``<name>:<token>``). The
-gateway keeps id -> receipt: while the connection that received it is open, and after it
-closed (bounded, ``ZOSCII_PHPMQ_MAX_IDS``), so an ack sent after a reconnect still
-works, on any connection of this process. An id that is unknown (never dispatched by
-this process, forgotten, already finished, or not of the named queue) or fenced (its
-lease went to another consumer meanwhile) is logged and answered by nothing: PHPMQ has
-no error message.
+The message id is the message's own: the 32 hex digits of its name's GUID, the same at
+every delivery (a requeued or released message comes back with its id, as php-mq's own
+server keeps it), so a client can tell a redelivery. The gateway keeps (queue, id) ->
+the receipt of its latest delivery by this process: while the connection that received
+it is open, and after it closed (bounded, ``ZOSCII_PHPMQ_MAX_IDS``), so an ack sent after
+a reconnect still works, on any connection of this process; an ack names the message,
+so it settles its latest delivery, whoever holds it. An id that is unknown (never
+dispatched by this process, forgotten, already finished, or not of the named queue) or
+fenced (delivered by another process meanwhile) is logged and answered by nothing:
+PHPMQ has no error message.
 
 Leases last ``ZOSCII_PHPMQ_LEASE_SECONDS`` and are renewed while their connection is
 open, however long the client works. When a connection closes, its unacknowledged
@@ -33,6 +36,16 @@ to whichever consumer asks next, in their order, each counted as a delivery (aft
 
 A frame that breaks the format, a missing token, a missing right, or a storage error
 closes the connection with a logged reason (counted by reason); the process carries on.
+Rights are decided before a byte of content is read: a 001 from a connection without a
+token, or for a queue its client may not write, is refused as its content packet starts.
+
+Admission: a connection is *pending* until its first message is read (all but content,
+within ``ZOSCII_PHPMQ_FIRST_MESSAGE_SECONDS``) and handled; then it is established and
+may sit idle as long as it likes. Idle newcomers cannot lock anyone out: when the
+gateway (``ZOSCII_PHPMQ_MAX_CONNECTIONS``) or an address
+(``ZOSCII_PHPMQ_MAX_PENDING_PER_ADDRESS``, ``..._MAX_CONNECTIONS_PER_ADDRESS``) is full,
+a new connection takes the slot of the oldest pending one, and is refused only when every
+slot is held by an established connection.
 """
 
 from __future__ import annotations
@@ -47,7 +60,7 @@ import os
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -65,7 +78,7 @@ from zoscii_phpmq.settings import Settings
 from zosciimq.access import Client
 from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
 from zosciimq.core.groups import ConsumerGroups, Delivery, Outcome
-from zosciimq.core.names import clean_queue
+from zosciimq.core.names import clean_queue, parse_name
 from zosciimq.core.restart import recover_at_start
 from zosciimq.errors import Fenced, Forbidden, InvalidInput, TryAgain, Unauthenticated, ZosciiError
 
@@ -91,7 +104,7 @@ class Refused(ProtocolError):
 class Held:
     """A dispatched message, until this gateway sees it acked, requeued or dead-lettered."""
 
-    token: str  # the message id of the 003
+    token: str  # the message id of the 003: its name's GUID, 32 hex digits
     queue: str
     group: str
     receipt: str
@@ -100,33 +113,37 @@ class Held:
 
 
 class Ids:
-    """Message id -> Held: those of open connections, and the last ``max_released`` of
-    connections that closed (so an ack after a reconnect works)."""
+    """(queue, message id) -> Held: those of open connections, and the last
+    ``max_released`` of connections that closed (so an ack after a reconnect works). By
+    queue: a dead-letter queue's copy has the name, so the id, of its original."""
 
     def __init__(self, max_released: int) -> None:
         self.max_released = max_released
-        self.live: dict[str, Held] = {}
-        self.released: OrderedDict[str, Held] = OrderedDict()
+        self.live: dict[tuple[str, str], Held] = {}
+        self.released: OrderedDict[tuple[str, str], Held] = OrderedDict()
 
     def add(self, held: Held) -> None:
-        self.released.pop(held.token, None)
-        self.live[held.token] = held
+        key = (held.queue, held.token)
+        self.released.pop(key, None)
+        self.live[key] = held
 
-    def get(self, token: str) -> Held | None:
-        return self.live.get(token) or self.released.get(token)
+    def get(self, queue: str, token: str) -> Held | None:
+        key = (queue, token)
+        return self.live.get(key) or self.released.get(key)
 
     def forget(self, held: Held) -> None:
-        if self.live.get(held.token) is held:
-            del self.live[held.token]
-        if self.released.get(held.token) is held:
-            del self.released[held.token]
+        key = (held.queue, held.token)
+        if self.live.get(key) is held:
+            del self.live[key]
+        if self.released.get(key) is held:
+            del self.released[key]
 
     def release(self, held: Held) -> None:
         """Its connection closed: keep it a while for a late ack."""
         self.forget(held)
         held.owner = None
         if self.max_released:
-            self.released[held.token] = held
+            self.released[held.queue, held.token] = held
             while len(self.released) > self.max_released:
                 self.released.popitem(last=False)
 
@@ -149,12 +166,15 @@ class Subscription:
 class Connection:
     number: int
     peer: str
+    address: str  # the peer's IP address, for the per-address limits
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     consumer: str  # its name in the group logs
     stop: asyncio.Future[None]
     client: Client | None = None
     first: bool = True
+    pending: bool = True  # until its first message has been handled
+    gone: bool = False  # its slot was given back (closed, or evicted)
     closing: bool = False
     subs: dict[str, Subscription] = field(default_factory=dict)
     upload: Upload | None = None
@@ -196,6 +216,8 @@ class Gateway:
         self.pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="phpmq-core")
         self.ids = Ids(settings.max_ids)
         self.connections: set[Connection] = set()
+        self.pending: dict[Connection, None] = {}  # oldest first
+        self.by_address: dict[str, set[Connection]] = {}
         self.subscribers: dict[str, set[Subscription]] = {}
         self.server: asyncio.Server | None = None
         self.stopping = False
@@ -260,19 +282,18 @@ class Gateway:
     # --- a connection -------------------------------------------------------------------------
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = _peer(writer)
-        if self.stopping or len(self.connections) >= self.settings.max_connections:
+        address = peer.rpartition(":")[0] or peer
+        refusal = self._make_room(address)
+        if refusal is not None:
             self.metrics.connections.labels("refused").inc()
-            log.warning(
-                "connection from %s refused: %s",
-                peer,
-                "stopping" if self.stopping else f"{len(self.connections)} open, the maximum",
-            )
+            log.warning("connection from %s refused: %s", peer, refusal)
             writer.transport.abort()
             return
         number = next(self._numbers)
         conn = Connection(
             number=number,
             peer=peer,
+            address=address,
             reader=reader,
             writer=writer,
             consumer=f"phpmq-{os.getpid()}-{number}",
@@ -281,6 +302,8 @@ class Gateway:
         )
         _tune(writer)
         self.connections.add(conn)
+        self.pending[conn] = None
+        self.by_address.setdefault(address, set()).add(conn)
         self.metrics.connections.labels("accepted").inc()
         self.metrics.open_connections.inc()
         log.debug("connection %s opened", conn)
@@ -289,26 +312,82 @@ class Gateway:
         finally:
             await self._close(conn)
 
+    def _make_room(self, address: str) -> str | None:
+        """Why a new connection from ``address`` is refused, or None once there is room
+        for it (made by evicting the oldest pending connection where one must go)."""
+        if self.stopping:
+            return "stopping"
+        settings = self.settings
+        waiting = [c for c in self.pending if c.address == address]  # oldest first
+        if len(waiting) >= settings.max_pending_per_address:
+            self._evict(waiting.pop(0), f"{len(waiting) + 1} pending from {address}")
+        here = len(self.by_address.get(address, ()))
+        if settings.max_connections_per_address and here >= settings.max_connections_per_address:
+            if not waiting:
+                return f"{here} open from {address} (ZOSCII_PHPMQ_MAX_CONNECTIONS_PER_ADDRESS)"
+            self._evict(waiting.pop(0), f"{here} open from {address}")
+        if len(self.connections) >= settings.max_connections:
+            if not self.pending:
+                return f"{len(self.connections)} open, the maximum, none of them pending"
+            self._evict(next(iter(self.pending)), f"{len(self.connections)} open, the maximum")
+        return None
+
+    def _evict(self, conn: Connection, why: str) -> None:
+        """A pending connection gives its slot to a newer one (``why``: which limit)."""
+        log.warning(
+            "connection %s closed: evicted, no first message yet and its slot went to a "
+            "newer connection (%s)",
+            conn,
+            why,
+        )
+        self.metrics.connections.labels("evicted").inc()
+        self._leave(conn)
+        conn.writer.transport.abort()
+
+    def _leave(self, conn: Connection) -> None:
+        """``conn``'s slot is free (once, whichever of close and eviction comes first)."""
+        if conn.gone:
+            return
+        conn.gone = True
+        self.connections.discard(conn)
+        self.pending.pop(conn, None)
+        mine = self.by_address.get(conn.address)
+        if mine is not None:
+            mine.discard(conn)
+            if not mine:
+                del self.by_address[conn.address]
+        self.metrics.open_connections.dec()
+
     async def _serve(self, conn: Connection) -> None:
         frames = FrameReader(
             conn.reader,
             max_content_bytes=self.settings.max_message_bytes,
             timeout=self.settings.frame_timeout_seconds,
+            min_rate=self.settings.min_rate,
             open_sink=functools.partial(self._open_upload, conn),
+            before_content=functools.partial(self._before_content, conn),
         )
+        loop = asyncio.get_running_loop()
         try:
             while not self.stopping:
-                first = await self._first_byte(conn)
+                deadline = None
+                if conn.pending:
+                    deadline = loop.time() + self.settings.first_message_seconds
+                first = await self._first_byte(conn, deadline)
                 if first is None:
                     log.debug("connection %s ended by the client", conn)
                     return
-                message = await frames.read_message(first)
+                message = await frames.read_message(first, deadline)
                 try:
                     await self._handle(conn, message)
                 finally:
                     await self._discard_upload(conn)
+                if conn.pending and not conn.gone:  # established: idle as long as it likes
+                    conn.pending = False
+                    self.pending.pop(conn, None)
         except ProtocolError as exc:
-            self._closed(conn, exc)
+            if not conn.gone:  # an evicted connection's end was logged by its eviction
+                self._closed(conn, exc)
         except (ConnectionError, OSError) as exc:
             log.info("connection %s lost: %s", conn, exc)
         except Exception:
@@ -320,15 +399,25 @@ class Gateway:
         self.metrics.protocol_errors.labels(exc.reason).inc()
         log.warning("connection %s closed: %s (%s)", conn, exc.reason, exc.detail)
 
-    async def _first_byte(self, conn: Connection) -> bytes | None:
-        """The first byte of the next message; None at the end (the client's, or a stop)."""
+    async def _first_byte(self, conn: Connection, deadline: float | None) -> bytes | None:
+        """The first byte of the next message; None at the end (the client's, or a stop).
+        With a ``deadline`` (a pending connection), ProtocolError ``idle`` past it."""
         read = asyncio.ensure_future(conn.reader.read(1))
-        await asyncio.wait({read, conn.stop}, return_when=asyncio.FIRST_COMPLETED)
+        timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
+        await asyncio.wait(
+            {read, conn.stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
         if read.done():
             return read.result() or None
         read.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await read
+        if not conn.stop.done():
+            raise ProtocolError(
+                "idle",
+                f"no first message within {self.settings.first_message_seconds:g} s "
+                "(ZOSCII_PHPMQ_FIRST_MESSAGE_SECONDS)",
+            )
         return None
 
     async def _close(self, conn: Connection) -> None:
@@ -358,8 +447,7 @@ class Gateway:
             )
             for queue in {h.queue for h in held}:
                 self._wake(queue)
-        self.connections.discard(conn)
-        self.metrics.open_connections.dec()
+        self._leave(conn)
 
     def _release(self, held: list[Held]) -> int:
         """End the leases now (thread pool): delivered again first, in their order."""
@@ -415,6 +503,34 @@ class Gateway:
             raise Refused("unauthenticated", "the token matches no client") from None
         log.info("connection %s: client %s", conn, conn.client.name if conn.client else "-")
 
+    def _before_content(
+        self, conn: Connection, message_type: MessageType, fields: Mapping[PacketType, bytes]
+    ) -> None:
+        """A content packet is about to arrive: is its sender allowed to send it? Decided
+        from the message header and the packets before it, so nothing of a refused
+        message reaches the disk."""
+        access = self.settings.access
+        if access.enabled and conn.client is None:
+            raise Refused(
+                "unauthenticated",
+                f"content of a {message_type.value:03d} before a 000 with a valid token",
+            )
+        if message_type is not MessageType.SEND:
+            return
+        if PacketType.QUEUE in fields:
+            self._check_send(conn, _queue_of(fields)[0])
+        elif access.enabled or self.settings.blocked_queues:
+            raise Refused(
+                "content_first",
+                "the content (packet 02) came before the queue (01): with access control "
+                "or blocked queues, the queue must come first",
+            )
+
+    def _check_send(self, conn: Connection, queue: str) -> None:
+        self._authorize(conn, "publish", queue)
+        if queue in self.settings.blocked_queues:
+            raise Refused("forbidden", f"queue '{queue}' is blocked (ZOSCII_BLOCKED_QUEUES)")
+
     def _authorize(self, conn: Connection, action: str, queue: str) -> None:
         try:
             self.settings.access.authorize(conn.client, action, queue)
@@ -424,9 +540,7 @@ class Gateway:
 
     async def _send(self, conn: Connection, message: Incoming) -> None:
         queue, _ = _queue(message)
-        self._authorize(conn, "publish", queue)
-        if queue in self.settings.blocked_queues:
-            raise Refused("forbidden", f"queue '{queue}' is blocked (ZOSCII_BLOCKED_QUEUES)")
+        self._check_send(conn, queue)  # again: the content may have come first
         ttl = _number(message.fields.get(PacketType.TTL), "TTL")
         expires_at = time.time() + ttl if ttl else None
         assert isinstance(message.content, UploadSink)
@@ -484,8 +598,8 @@ class Gateway:
         queue, _ = _queue(message)
         self._authorize(conn, action, queue)
         token = message.fields[PacketType.MESSAGE_ID].decode("ascii", "replace")
-        held = self.ids.get(token)
-        if held is None or held.queue != queue:
+        held = self.ids.get(queue, token)
+        if held is None:
             self.metrics.ignored.labels("unknown").inc()
             log.warning(
                 "connection %s: %s of unknown message id %r on %s: ignored",
@@ -615,7 +729,10 @@ class Gateway:
         # close of the connection releases them, whatever happens below.
         helds = []
         for delivery in got:
-            token = delivery.receipt.rpartition(":")[2]
+            token = _message_id(delivery)
+            earlier = self.ids.get(sub.queue, token)
+            if earlier is not None:  # its lease ran out and it came back: that one is over
+                self._forget(earlier)
             held = Held(token, sub.queue, sub.group, delivery.receipt, delivery.lease_until, sub)
             sub.inflight[token] = held
             self.ids.add(held)
@@ -732,6 +849,7 @@ class Gateway:
     def details(self) -> dict[str, Any]:
         return {
             "connections": len(self.connections),
+            "pending": len(self.pending),  # no first message yet
             "consumers": sum(len(c.subs) for c in self.connections),
         }
 
@@ -739,7 +857,11 @@ class Gateway:
 # --- helpers --------------------------------------------------------------------------------------
 def _queue(message: Incoming) -> tuple[str, str]:
     """(clean queue name, the name as the client wrote it)."""
-    raw = message.fields[PacketType.QUEUE]
+    return _queue_of(message.fields)
+
+
+def _queue_of(fields: Mapping[PacketType, bytes]) -> tuple[str, str]:
+    raw = fields[PacketType.QUEUE]
     try:
         text = raw.decode("ascii")
         return clean_queue(text), text
@@ -754,6 +876,14 @@ def _number(raw: bytes | None, what: str) -> int | None:
     if not raw.isdigit() or len(raw) > MAX_NUMBER_DIGITS:
         raise ProtocolError("bad_number", f"{what} {raw[:40]!r} is not a whole number")
     return int(raw)
+
+
+def _message_id(delivery: Delivery) -> str:
+    """The id of a 003: the GUID of the message's name, the same at every delivery."""
+    try:
+        return parse_name(delivery.name).guid.replace("-", "").lower()
+    except InvalidInput:  # not a name of this format: the delivery's own token
+        return delivery.receipt.rpartition(":")[2]
 
 
 def _read_all(delivery: Delivery) -> bytes:

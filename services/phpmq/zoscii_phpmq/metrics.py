@@ -21,7 +21,9 @@ class PhpmqMetrics:
         )
         self.connections = Counter(
             f"{PREFIX}_connections",
-            "Connections by result: accepted, or refused (over ZOSCII_PHPMQ_MAX_CONNECTIONS).",
+            "Connections by result: accepted; refused (every slot of the gateway or of the "
+            "address held by an established connection); evicted (pending, no first message "
+            "yet, its slot given to a newer connection).",
             ["result"],
             registry=r,
         )
@@ -67,5 +69,5 @@ class PhpmqMetrics:
             self.messages.labels(event)
         for direction in ("received", "sent"):
             self.bytes.labels(direction)
-        for result in ("accepted", "refused"):
+        for result in ("accepted", "refused", "evicted"):
             self.connections.labels(result)

@@ -188,9 +188,17 @@ class Incoming:
 class FrameReader:
     """Reads messages from a stream, strictly, within limits and time.
 
-    ``timeout``: how long a message that has begun may wait for its next bytes (the
-    wait for a message's first byte is the caller's business: consumers sit idle).
+    Deadlines: the message header and each packet header ``timeout``; a packet's
+    content ``timeout`` plus one second per ``min_rate`` bytes it declares (a slow link
+    may send a big message, a trickle may not hold a connection for ever; 0: each read
+    of it ``timeout``); with
+    ``deadline`` (a loop time), everything but content by then (a connection's first
+    message). The wait for a message's first byte is the caller's business: consumers
+    sit idle between messages.
     ``open_sink(length)``: where a content packet goes; None keeps it in memory.
+    ``before_content(type, packets so far)``: called once a content packet's header is
+    read and its length accepted, before a byte of it; it raises to refuse the message
+    there (a sender without the right to the queue writes nothing to disk).
     """
 
     def __init__(
@@ -199,23 +207,29 @@ class FrameReader:
         *,
         max_content_bytes: int,
         timeout: float,
+        min_rate: float = 0.0,
         open_sink: Callable[[int], Awaitable[ContentSink]] | None = None,
+        before_content: Callable[[MessageType, Mapping[PacketType, bytes]], None] | None = None,
     ) -> None:
         self.reader = reader
         self.max_content_bytes = max_content_bytes
         self.timeout = timeout
+        self.min_rate = min_rate
         self.open_sink = open_sink
+        self.before_content = before_content
         self.started = False  # inside a message: its first byte has been read
 
-    async def read_message(self, first: bytes) -> Incoming:
+    async def read_message(self, first: bytes, deadline: float | None = None) -> Incoming:
         """The rest of the message whose first byte ``first`` the caller read."""
         self.started = True
-        header = first + await self._exactly(MESSAGE_HEADER_BYTES - len(first), "message header")
+        header = first + await self._exactly(
+            MESSAGE_HEADER_BYTES - len(first), "message header", deadline
+        )
         message_type, count = parse_message_header(header)
         message = Incoming(message_type)
         seen: set[PacketType] = set()
         for _ in range(count):
-            raw = await self._exactly(PACKET_HEADER_BYTES, "packet header")
+            raw = await self._exactly(PACKET_HEADER_BYTES, "packet header", deadline)
             packet_type, length = parse_packet_header(raw, message_type)
             if packet_type in seen:
                 raise ProtocolError(
@@ -228,6 +242,8 @@ class FrameReader:
                         "too_large",
                         f"content of {length} bytes over the limit of {self.max_content_bytes}",
                     )
+                if self.before_content is not None:
+                    self.before_content(message_type, message.fields)
                 message.content = await self._content(length)
             else:
                 if length > MAX_FIELD_BYTES:
@@ -236,7 +252,7 @@ class FrameReader:
                         f"packet type {packet_type.value:02d} of {length} bytes "
                         f"(at most {MAX_FIELD_BYTES})",
                     )
-                message.fields[packet_type] = await self._exactly(length, "packet")
+                message.fields[packet_type] = await self._exactly(length, "packet", deadline)
         missing = SHAPES[message_type].required - seen
         if missing:
             names = ", ".join(f"{p.value:02d}" for p in sorted(missing))
@@ -247,26 +263,32 @@ class FrameReader:
         return message
 
     async def _content(self, length: int) -> ContentSink | bytes:
+        deadline = None
+        if self.min_rate > 0:
+            deadline = asyncio.get_running_loop().time() + self.timeout + length / self.min_rate
         if self.open_sink is None:
-            return await self._exactly(length, "content")
+            return await self._exactly(length, "content", deadline)
         sink = await self.open_sink(length)
         left = length
         while left:
-            chunk = await self._exactly(min(left, CHUNK_BYTES), "content")
+            chunk = await self._exactly(min(left, CHUNK_BYTES), "content", deadline)
             await sink.write(chunk)
             left -= len(chunk)
         return sink
 
-    async def _exactly(self, count: int, what: str) -> bytes:
+    async def _exactly(self, count: int, what: str, deadline: float | None = None) -> bytes:
         if count == 0:
             return b""
+        timeout = self.timeout
+        if deadline is not None:
+            timeout = min(timeout, deadline - asyncio.get_running_loop().time())
         try:
-            return await asyncio.wait_for(self.reader.readexactly(count), self.timeout)
+            return await asyncio.wait_for(self.reader.readexactly(count), max(timeout, 0.0))
         except asyncio.IncompleteReadError as exc:
             raise ProtocolError(
                 "truncated", f"connection ended in a {what} ({len(exc.partial)} of {count} bytes)"
             ) from None
         except TimeoutError:
             raise ProtocolError(
-                "timeout", f"no {what} bytes for {self.timeout:g} s inside a message"
+                "timeout", f"{what} not read within its deadline ({timeout:.3g} s left)"
             ) from None

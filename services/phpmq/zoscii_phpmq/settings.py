@@ -80,6 +80,21 @@ class Settings:
         "ZOSCII_PHPMQ_MAX_MESSAGE_BYTES", 16 << 20, minimum=1, maximum=1 << 31
     )
     max_connections: int = env_field("ZOSCII_PHPMQ_MAX_CONNECTIONS", 256, minimum=1)
+    # Connections from one address (0: no limit). Behind NAT or Docker's userland proxy
+    # many clients share one address: raise it there.
+    max_connections_per_address: int = env_field(
+        "ZOSCII_PHPMQ_MAX_CONNECTIONS_PER_ADDRESS", 128, minimum=0
+    )
+    # Time from accepting a connection to its first message, read whole but for any
+    # content (with access control on: the 000 with the token). Until then a connection
+    # is pending: a newer one takes its slot when the gateway or its address is full.
+    first_message_seconds: float = env_field(
+        "ZOSCII_PHPMQ_FIRST_MESSAGE_SECONDS", 10.0, minimum=0.1
+    )
+    # Pending connections one address may hold; a newer one from there closes its oldest.
+    max_pending_per_address: int = env_field(
+        "ZOSCII_PHPMQ_MAX_PENDING_PER_ADDRESS", 32, minimum=1
+    )
     # Retention (days) of what PHPMQ clients send; unset: ZOSCII_DEFAULT_RETENTION_DAYS.
     retention_days: int | None = env_field("ZOSCII_PHPMQ_RETENTION_DAYS", None, parse=_retention)
     # How often a waiting consumer looks for new messages (a stat of the queue's index and
@@ -89,6 +104,8 @@ class Settings:
     frame_timeout_seconds: float = env_field(
         "ZOSCII_PHPMQ_FRAME_TIMEOUT_SECONDS", 30.0, minimum=0.1
     )
+    # A content packet's deadline: the frame timeout plus 1 s per this many bytes.
+    min_rate: int = env_field("ZOSCII_PHPMQ_MIN_RATE", 10_000, minimum=1)
     threads: int = env_field("ZOSCII_PHPMQ_THREADS", 16, minimum=1, maximum=256)
     # Message ids remembered after their connection closed (an ack after a reconnect).
     max_ids: int = env_field("ZOSCII_PHPMQ_MAX_IDS", 100_000, minimum=0)

@@ -32,7 +32,11 @@ class ReplikateMetrics:
             registry=r,
         )
         self.errors = Counter(
-            f"{PREFIX}_errors", "Failed runs by reason.", [LABEL, "reason"], registry=r
+            f"{PREFIX}_errors",
+            "Failed runs by reason; and stalls (reason stalled): a fetch that heard nothing "
+            "from the source for stall_seconds, counted as soon as it happens.",
+            [LABEL, "reason"],
+            registry=r,
         )
         self.runs = Counter(
             f"{PREFIX}_runs",
@@ -42,14 +46,23 @@ class ReplikateMetrics:
         )
         self.last_success = Gauge(
             f"{PREFIX}_last_success_timestamp_seconds",
-            "When a run last ended without error (Unix time).",
+            "When the job last wrote a batch or heard from the source that it had nothing "
+            "newer (Unix time); moves during a run.",
             [LABEL],
             registry=r,
         )
         self.lag = Gauge(
             f"{PREFIX}_lag_seconds",
-            "How far behind the source: 0 when caught up, else now minus the time in the "
-            "name of the last message replicated.",
+            "How far behind the source the copy may be, at the moment of the scrape: now "
+            "minus the time up to which it is known complete (the newest name replicated, "
+            "or the source's last answer that it had nothing newer). Grows through a "
+            "partition or a stall, whether or not a run is in progress.",
+            [LABEL],
+            registry=r,
+        )
+        self.last_contact = Gauge(
+            f"{PREFIX}_last_contact_timestamp_seconds",
+            "When the source last sent a byte or an answer (Unix time; 0: never).",
             [LABEL],
             registry=r,
         )

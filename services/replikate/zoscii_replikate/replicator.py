@@ -23,16 +23,25 @@ A failing source costs an exponential back-off (per job, capped) and changes not
 With ``wait_seconds``, a run that has caught up stays a while: it long-polls the source
 (the request is held until a message arrives) and replicates each arrival at once,
 until the window (at most the interval, so runs do not overlap) is over.
+
+What an operator sees is true while a run is in progress, not only when it ends: the
+lag (now minus the moment up to which the copy is known complete: the newest name
+replicated, or the last answer of the source that it had nothing newer), the last
+success and the last contact move with every batch and every answer, and a fetch that
+hears nothing from the source for ``stall_seconds`` is logged and counted as a stall at
+once, not after the read timeout and the retries.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -54,6 +63,7 @@ log = logging.getLogger("zoscii.replikate")
 WAIT_SLICE_SECONDS = 5  # one long-poll at most: a stop takes effect within this
 WAIT_MARGIN_SECONDS = 1.0  # the waiting ends this long before the next scheduled run
 FALLBACK_POLL_SECONDS = 1.0  # pace of polls while waiting on a source that does not hold
+WATCH_SECONDS = 0.5  # how often a run waiting for a fetch looks for a stall
 
 
 class RunOutcome(StrEnum):
@@ -132,8 +142,10 @@ class _Ahead:
         executor: ThreadPoolExecutor,
         fetch: Callable[[str, int, int], list[_Fetched]],
         monotonic: Callable[[], float],
+        watch: Callable[[_Ahead], None] = lambda ahead: None,
     ) -> None:
         self._executor, self._fetch, self._monotonic = executor, fetch, monotonic
+        self._watch = watch
         self._pending: Future[list[_Fetched]] | None = None
         self.wait = 0  # the long-poll seconds of the last fetch asked for
         self.asked_at = 0.0
@@ -147,10 +159,21 @@ class _Ahead:
         self._pending = self._executor.submit(self._fetch, after, count, wait)
 
     def take(self) -> list[_Fetched]:
-        """The fetch's messages (waiting for it); its error, if it failed."""
+        """The fetch's messages (waiting for it, ``watch(self)`` every WATCH_SECONDS);
+        its error, if it failed."""
         assert self._pending is not None
-        pending, self._pending = self._pending, None
-        return pending.result()
+        pending = self._pending
+        while True:
+            try:
+                result = pending.result(timeout=WATCH_SECONDS)
+                break
+            except FutureTimeout:
+                self._watch(self)
+            except BaseException:
+                self._pending = None
+                raise
+        self._pending = None
+        return result
 
     def drop(self) -> None:
         """Wait for a fetch the run will not use and delete what it fetched."""
@@ -187,6 +210,19 @@ def build_client(job: JobConfig) -> ZosciiClient:
         auth=job.basic_auth,
         max_message_bytes=job.max_message_bytes,
     )
+
+
+class _Heard:
+    """A sink that notes, as each piece of a message arrives, that the source is alive."""
+
+    __slots__ = ("heard", "upload")
+
+    def __init__(self, upload: Upload, heard: Callable[[], None]) -> None:
+        self.upload, self.heard = upload, heard
+
+    def write(self, chunk: bytes) -> None:
+        self.heard()
+        self.upload.write(chunk)
 
 
 def replication_nonce(job: JobConfig, source_name: str) -> str:
@@ -226,12 +262,39 @@ class Replicator:
         self.not_before = 0.0  # monotonic time before which a run is skipped (back-off)
         self.last_result: RunResult | None = None
         self.last_success: datetime | None = None
+        # Unix time up to which the copy is known to hold all the source had (the lag's
+        # base); until the first pointer or answer, since this replicator started.
+        self.complete_as_of = time.time()
+        self._complete_known = False
+        self.heard_at = 0.0  # monotonic: the last byte or answer from the source
+        self.heard_wall = 0.0  # the same as Unix time (0: never)
+        self._stalled_fetch = -1.0  # asked_at of the fetch last counted as a stall
         for outcome in RunOutcome:
             metrics.runs.labels(job.name, outcome)
         metrics.messages.labels(job.name)
         metrics.bytes.labels(job.name)
         metrics.fetches.labels(job.name)
+        metrics.errors.labels(job.name, "stalled")
         metrics.batch_support.labels(job.name).set(0 if job.mode == "original" else -1)
+        metrics.lag.labels(job.name).set_function(self.lag_seconds)
+        metrics.last_contact.labels(job.name).set_function(lambda: self.heard_wall)
+
+    def lag_seconds(self) -> float:
+        """How far behind the source the copy may be, now (read at every scrape)."""
+        return max(0.0, time.time() - self.complete_as_of)
+
+    def _complete_up_to(self, moment: float) -> None:
+        if moment > self.complete_as_of or not self._complete_known:
+            self.complete_as_of = moment
+            self._complete_known = True
+
+    def _heard(self) -> None:
+        self.heard_at, self.heard_wall = self.monotonic(), time.time()
+
+    def _succeeded(self) -> None:
+        """A batch written, or the source's answer that it has nothing newer."""
+        self.last_success = self.clock()
+        self.metrics.last_success.labels(self.job.name).set(self.last_success.timestamp())
 
     def close(self) -> None:
         self.client.close()
@@ -281,14 +344,17 @@ class Replicator:
         never inside one.
         """
         job, tally, batch = self.job, _Tally(), list[_Fetched]()
+        cap = job.max_messages_per_run or math.inf
         started = self.monotonic()
         with ThreadPoolExecutor(1, thread_name_prefix=f"replikate-{job.name}") as executor:
-            ahead = _Ahead(executor, self._fetch, self.monotonic)
+            ahead = _Ahead(executor, self._fetch, self.monotonic, self._watch)
             try:
                 tally.pointer = self._read_pointer()
-                ahead.ask(tally.pointer, self._wanted(job.max_messages_per_run))
+                if tally.pointer and not self._complete_known:
+                    self._complete_up_to(parse_name(tally.pointer).published_timestamp)
+                ahead.ask(tally.pointer, self._wanted(cap))
                 while True:
-                    if tally.messages >= job.max_messages_per_run:
+                    if tally.messages >= cap:
                         outcome = RunOutcome.CAPPED
                         break
                     if not ahead.busy:  # a stop came while waiting for new messages
@@ -299,11 +365,13 @@ class Replicator:
                         outcome = RunOutcome.STOPPED
                         break
                     if not batch:
+                        self._complete_up_to(time.time())  # the source had nothing newer
+                        self._succeeded()
                         if not self._poll_again(ahead, tally, started):
                             outcome = RunOutcome.CAUGHT_UP
                             break
                         continue
-                    left = job.max_messages_per_run - tally.messages - len(batch)
+                    left = cap - tally.messages - len(batch)
                     if left > 0:
                         ahead.ask(batch[-1].name, self._wanted(left))
                     self._commit(batch, tally)
@@ -330,13 +398,33 @@ class Replicator:
         if not wait:
             return False
         if not self.stop.is_set():  # else ``ahead`` stays idle and the run ends "stopped"
-            left = self.job.max_messages_per_run - tally.messages
+            left = (self.job.max_messages_per_run or math.inf) - tally.messages
             ahead.ask(tally.pointer, self._wanted(left), wait)
         return True
 
-    def _wanted(self, left: int) -> int:
+    def _wanted(self, left: float) -> int:
         """Messages to ask for: a batch, within ``left`` of the per-run cap."""
-        return max(1, min(self.job.batch_count, left))
+        return max(1, int(min(self.job.batch_count, left)))
+
+    def _watch(self, ahead: _Ahead) -> None:
+        """While the run waits for a fetch: a stall (no byte from the source for
+        ``stall_seconds`` beyond the long-poll it asked for) is logged and counted once
+        per fetch, at once; the fetch goes on until the transport gives up."""
+        silent = self.monotonic() - max(self.heard_at, ahead.asked_at + ahead.wait)
+        if silent < self.job.stall_seconds or self._stalled_fetch == ahead.asked_at:
+            return
+        self._stalled_fetch = ahead.asked_at
+        self.metrics.errors.labels(self.job.name, "stalled").inc()
+        log.warning(
+            "job %s: no answer from %s for %.0f s (stall_seconds %g): the source or the "
+            "link is stalled; still waiting (read timeout %g s, %d retries)",
+            self.job.name,
+            self.job.source_url,
+            silent,
+            self.job.stall_seconds,
+            self.job.read_timeout,
+            self.job.retries,
+        )
 
     def _wait_slice(self, started: float) -> int:
         """Seconds the next fetch may long-poll; 0 when the run should end now.
@@ -356,10 +444,11 @@ class Replicator:
         Upload; [] when there is none. ``wait``: long-poll seconds."""
         uploads: list[Upload] = []
 
-        def open_sink(info: ReplyInfo) -> Upload:
+        def open_sink(info: ReplyInfo) -> _Heard:
+            self._heard()
             upload = Upload(self.data_dir, self.job.max_message_bytes, prefix=self.upload_prefix)
             uploads.append(upload)
-            return upload
+            return _Heard(upload, self._heard)
 
         source, held = self.job.source_queue, wait or None
         try:
@@ -379,6 +468,7 @@ class Replicator:
             else:
                 one = self.client.fetch_into(source, pointer, open_sink, wait=held)
                 received = [] if one is None else [one]
+            self._heard()
             batch = []
             horizon = self.clock().timestamp() + self.job.max_future_seconds
             for part, upload in zip(received, uploads, strict=True):
@@ -421,6 +511,8 @@ class Replicator:
         finally:
             _discard(batch)  # the temp files of repeats; the others were renamed
         self._save_pointer(last)
+        self._complete_up_to(parse_name(last).published_timestamp)
+        self._succeeded()
         tally.pointer = last
         tally.messages += count
         tally.bytes += size
@@ -512,14 +604,7 @@ class Replicator:
         else:
             self.failures = 0
             self.not_before = 0.0
-            self.last_success = self.clock()
             m.backoff.labels(job).set(0)
-            m.last_success.labels(job).set(self.last_success.timestamp())
-        if result.outcome is RunOutcome.CAUGHT_UP:
-            m.lag.labels(job).set(0)
-        elif result.pointer and result.messages:
-            lag = self.clock() - parse_name(result.pointer).published_at
-            m.lag.labels(job).set(max(0.0, lag.total_seconds()))
         if result.ok and (result.messages or result.outcome is not RunOutcome.CAUGHT_UP):
             log.info(
                 "job %s: %s, %d message(s), %d byte(s) from %s queue %s into %s%s",

@@ -1,8 +1,12 @@
 """The long-running replicator: every job on its schedule, the ops port, and a clean stop.
 
 APScheduler runs each job on its interval or crontab in a thread pool, one instance of a
-job at a time (``max_instances=1``, late runs coalesced). Across containers sharing the
-volume, the job's lock file keeps a second copy from running it at the same time.
+job at a time (``max_instances=1``, late runs coalesced). A run goes on until it has
+caught up, however long that takes on a slow link, so its job is paused while it runs
+and resumed after (its next run at the next tick from then): APScheduler's "maximum
+number of running instances reached" warning then means something (it never fires
+for a run that is merely long). Across containers sharing the volume, the job's lock
+file keeps a second copy from running it at the same time.
 
 Health is about this container: 503 when the data directory is missing or not writable.
 A partner's server being down is no reason to restart the replicator (it would not
@@ -17,7 +21,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import SchedulerNotRunningError
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -62,6 +68,8 @@ class Service:
             checkpointer=self.queues.checkpointer,
             flusher=self.queues.flusher,
         )
+        self._running = 0  # runs in progress (the stop waits for them)
+        self._idle = threading.Condition()
         self.replicators = {
             job.name: Replicator(
                 job,
@@ -119,7 +127,11 @@ class Service:
         finally:
             log.info("stopping: letting running jobs finish their current batch")
             if scheduler is not None:
-                scheduler.shutdown(wait=True)
+                # Not shutdown(wait=True): it holds the job store's lock while it waits,
+                # and a run ending meanwhile needs that lock to resume its job.
+                scheduler.shutdown(wait=False)
+                with self._idle:
+                    self._idle.wait_for(lambda: self._running == 0)
             ops.stop()
 
     def _scheduler(self) -> BackgroundScheduler | None:
@@ -135,7 +147,8 @@ class Service:
         )
         for job in self.settings.jobs:
             scheduler.add_job(
-                self.replicators[job.name].run,
+                self._run_paused,
+                args=(scheduler, job.name),
                 trigger=_trigger(job),
                 id=job.name,
                 name=f"replikate {job.name}",
@@ -150,6 +163,24 @@ class Service:
                 f"cron '{job.cron}' (UTC)" if job.cron else f"every {job.interval_seconds:g} s",
             )
         return scheduler
+
+    def _run_paused(self, scheduler: BackgroundScheduler, name: str) -> RunResult:
+        """One run of job ``name``, its schedule paused meanwhile (no tick while it runs)."""
+        with self._idle:
+            self._running += 1
+        try:
+            scheduler.pause_job(name)
+            try:
+                return self.replicators[name].run()
+            finally:
+                try:
+                    scheduler.resume_job(name)
+                except (JobLookupError, SchedulerNotRunningError):  # shutting down
+                    pass
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
 
     def health(self) -> Health:
         """The data directory's problem if any, and each job's last run."""

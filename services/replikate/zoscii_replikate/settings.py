@@ -74,12 +74,18 @@ class JobConfig:
     cron: str | None = None  # crontab expression; replaces the interval when set
     pointer_file: str | None = None  # default: replikate_state_<sq>_<tq or store>.txt
     interval_seconds: float = inherited(30.0)
-    max_messages_per_run: int = inherited(1000)
+    # 0: none, a run goes on until it has caught up (the link is the bound); a cap keeps
+    # one job from holding a thread the others need (more jobs than threads).
+    max_messages_per_run: int = inherited(0)
     max_message_bytes: int = inherited(1 << 30)
     connect_timeout: float = inherited(5.0)
     read_timeout: float = inherited(30.0)
     deadline_seconds: float = inherited(600.0)
     retries: int = inherited(2)
+    # A fetch without a byte from the source for this long (beyond its long-poll) is a
+    # stall: logged and counted in errors_total{reason="stalled"} at once, while the
+    # transport goes on waiting for its read timeout and retries.
+    stall_seconds: float = inherited(10.0)
     verify_tls: bool = inherited(True)
     ca_bundle: str = inherited("")  # a CA file for the source (implies verify_tls)
     mode: str = inherited("default")  # or "original": only what replikate.php sends
@@ -305,11 +311,19 @@ def _check_values(job: JobConfig, where: str) -> None:
     """The inherited keys' values that their types allow but a run could not use."""
     if job.mode not in MODES:
         raise SettingsError(f"{where} mode: {job.mode!r}, expected one of {MODES}")
-    for key in ("interval_seconds", "connect_timeout", "read_timeout", "deadline_seconds"):
+    for key in (
+        "interval_seconds",
+        "connect_timeout",
+        "read_timeout",
+        "deadline_seconds",
+        "stall_seconds",
+    ):
         if getattr(job, key) <= 0:
             raise SettingsError(f"{where} {key}: must be more than 0")
-    if job.max_messages_per_run < 1 or job.max_message_bytes < 1:
-        raise SettingsError(f"{where}: max_messages_per_run and max_message_bytes must be >= 1")
+    if job.max_messages_per_run < 0:
+        raise SettingsError(f"{where} max_messages_per_run: must be >= 0 (0: no cap)")
+    if job.max_message_bytes < 1:
+        raise SettingsError(f"{where} max_message_bytes: must be >= 1")
     if not 1 <= job.batch_count <= MAX_BATCH_COUNT:
         raise SettingsError(f"{where} batch_count: must be 1 to {MAX_BATCH_COUNT} (1: no batches)")
     if job.batch_bytes < 1:

@@ -318,6 +318,9 @@ class Worker:
         self, message: LeasedMessage, settled: Settled, why: str, delay: float = 0.0
     ) -> None:
         client, queue, group = self.client, self.queue, self.group
+        if self._heartbeat is not None:
+            # Before the ack leaves: a beat that refuses it from now on knows it was ours.
+            self._heartbeat.release(message)
         try:
             if settled == "acked":
                 client.ack(queue, group, message)
@@ -428,6 +431,10 @@ class _Heartbeat:
         with self._lock:
             self._held.pop(message.receipt, None)
 
+    def holds(self, message: LeasedMessage) -> bool:
+        with self._lock:
+            return self._held.get(message.receipt) is message
+
     def _run(self) -> None:
         while not self._done.wait(self.interval):
             with self._lock:
@@ -438,6 +445,11 @@ class _Heartbeat:
                         message.queue, message.group, message, self.lease
                     )
                 except Fenced:
+                    if not self.holds(message):
+                        # Settled while this beat was on its way (the worker lets go of
+                        # a message before it acks it): the refusal is that ack's.
+                        log.debug("%s: settled during a heartbeat", message.name)
+                        continue
                     log.warning(
                         "%s/%s: %s was leased to another consumer (its lease ran out); "
                         "the work on it will not count",

@@ -100,13 +100,16 @@ def parse_utc(text: str) -> datetime:
     raw = text.strip()
     try:
         moment = datetime.fromisoformat(raw[:-1] + "+00:00" if raw[-1:] in "zZ" else raw)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None or not raw:
+        # A time near year 1 or 9999 whose zone moves it past the calendar's end
+        # (0001-01-01T00:00:00+23:59) overflows here.
+        utc = moment.astimezone(UTC) if moment.tzinfo is not None and raw else None
+    except (ValueError, OverflowError):
+        utc = None
+    if utc is None:
         raise InvalidInput(
             f"Invalid time '{text[:60]}': ISO-8601 with a zone, e.g. 2024-05-01T14:00:00Z."
         )
-    return moment.astimezone(UTC)
+    return utc
 
 
 def cut_of(before: str) -> str:

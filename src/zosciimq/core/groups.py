@@ -191,6 +191,23 @@ def dead_letter_queue(queue: str, group: str) -> str:
     return name
 
 
+def dead_letter_owners(name: str) -> list[tuple[str, str]]:
+    """Every (queue, group) whose dead-letter queue is called ``name`` (a clean queue
+    name); [] when it is no dead-letter queue. Names may hold ``--`` themselves, so one
+    name can be the dead letters of several pairs (the same queue on disk for all)."""
+    if not name.endswith(DEAD_SUFFIX):
+        return []
+    stem = name[: -len(DEAD_SUFFIX)]
+    owners = []
+    at = stem.find("--")
+    while at >= 0:
+        queue, group = stem[:at], stem[at + 2 :]
+        if queue and group:
+            owners.append((queue, group))
+        at = stem.find("--", at + 1)
+    return owners
+
+
 def parse_receipt(receipt: str) -> tuple[str, str]:
     name, sep, token = receipt.partition(":")
     if not sep or not token.isalnum() or len(name) > 80:

@@ -44,10 +44,14 @@ class Upload:
         self._synced = False
         self.inline: bytearray | None = bytearray()  # the content, while it is small
         try:
-            self._fd: int | None = os.open(self.temp_path, _CREATE, 0o644)
-        except FileNotFoundError:
-            os.makedirs(temp, exist_ok=True)
-            self._fd = os.open(self.temp_path, _CREATE, 0o644)
+            try:
+                self._fd: int | None = os.open(self.temp_path, _CREATE, 0o644)
+            except FileNotFoundError:
+                os.makedirs(temp, exist_ok=True)
+                self._fd = os.open(self.temp_path, _CREATE, 0o644)
+        except OSError as exc:  # out of inodes is ENOSPC too: 507, as out of bytes
+            raise_if_full(exc)
+            raise
 
     @property
     def path(self) -> Path:
