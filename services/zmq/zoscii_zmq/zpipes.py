@@ -165,7 +165,7 @@ class Zpipes:
     def _route(self, frames: list[bytes]) -> None:
         rid, body = frames[0], frames[1:]
         request: tuple[str, Any]
-        if len(body) == 1 and codec.is_zproto(body[0]):
+        if len(body) == 1 and body[0] not in SEED_COMMANDS:
             try:
                 decoded = codec.decode(body[0])
             except Malformed as exc:
