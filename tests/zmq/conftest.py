@@ -71,7 +71,7 @@ class Gateway:
         return f"ipc://@/zpipes/{self.broker}"
 
     def endpoint(self, role: str) -> str:
-        return [e for e in self.endpoints[role] if e.startswith("tcp://")][0]
+        return next(e for e in self.endpoints[role] if e.startswith("tcp://"))
 
     def start(self) -> Gateway:
         self.lines, self.endpoints = [], {}

@@ -128,16 +128,21 @@ class Patterns:
             "work": lambda: self._router("work", self._work),
             "pub": self._subscriptions,
         }
-        for role in self.sockets:
-            self._tasks.append(asyncio.create_task(loops[role](), name=f"zmq-{role}"))
         if self.access.enabled and (self.settings.plain or "pub" in self.sockets):
-            self._tasks.append(asyncio.create_task(self._zap(), name="zmq-zap"))
+            loops["zap"] = self._zap
+        for role in loops:
+            if role in self.sockets or role == "zap":
+                task = asyncio.create_task(_kept_alive(role, loops[role]), name=f"zmq-{role}")
+                self._tasks.append(task)
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         for feed in list(self.feeds.values()):
             feed.stop()
+        await asyncio.gather(
+            *self._tasks, *(f.task for f in self.feeds.values()), return_exceptions=True
+        )
         peers = [p.task for kind in self._peers.values() for p in kind.values() if p.task]
         if peers:
             await asyncio.wait(peers, timeout=self.settings.stop_grace_seconds)
@@ -282,7 +287,7 @@ class Patterns:
             parts = [await sock.recv_multipart(copy=False)]
             while len(parts) < PUSH_BATCH:
                 try:
-                    parts.append(sock.recv_multipart(copy=False, flags=zmq.NOBLOCK))  # type: ignore[arg-type]
+                    parts.append(await sock.recv_multipart(copy=False, flags=zmq.NOBLOCK))
                 except zmq.Again:
                     break
             by_queue: dict[str, list[bytes]] = {}
@@ -549,6 +554,18 @@ class Feed:
         except QueueNotFound:
             pass
         return out
+
+
+async def _kept_alive(role: str, serve: Callable[[], Awaitable[None]]) -> None:
+    """``serve()`` again after a failure: one bad message never stops a socket."""
+    while True:
+        try:
+            await serve()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: the socket's loop failed; carrying on", role)
+            await asyncio.sleep(0.1)
 
 
 def _token(storage: Storage, queue: str) -> object:

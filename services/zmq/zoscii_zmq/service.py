@@ -105,4 +105,4 @@ class Service:
         if self.zpipes is not None:
             await self.zpipes.stop()
         storage.close()
-        context.term()
+        context.destroy(linger=0)

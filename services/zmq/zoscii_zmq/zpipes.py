@@ -147,6 +147,7 @@ class Zpipes:
         positions flushed), so a restart carries on where this left off."""
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for session in list(self.sessions.values()):
             await self._drop(session, why="stopping")
         await self._sync_positions()
