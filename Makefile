@@ -92,7 +92,7 @@ PYTEST = TESTCONTAINERS_RYUK_DISABLED=true PYTHONDONTWRITEBYTECODE= \
 # The tools and every service's dependencies (pinned), then zosciimq and the four
 # services as editable packages: tests and benchmarks import them as installed, no
 # sys.path or PYTHONPATH (services/<svc>/pyproject.toml, README "Installing").
-SERVICES := api replikate claireup statissa phpmq
+SERVICES := api replikate claireup statissa phpmq zmq
 $(VENV)/.installed: requirements-dev.txt pyproject.toml $(SERVICES:%=services/%/pyproject.toml)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt

@@ -69,7 +69,7 @@ def test_push_publishes_and_workers_settle_a_groups_messages(
             worker.send_multipart([b"pull", queue.encode(), b"3000"])
             reply = worker.recv_multipart()
             assert len(reply) == 5, (reply, gateway.log()[-3000:])
-            kind, q, name, receipt, payload = reply
+            kind, q, _name, receipt, payload = reply
             assert (kind, q) == (b"message", queue.encode())
             seen.append(payload)
             action = b"requeue" if payload == b"task 3" and seen.count(payload) == 1 else b"ack"
