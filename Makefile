@@ -148,6 +148,12 @@ bench-quick: venv
 bench-statissa-scale: venv
 	$(VENV)/bin/python -m bench.spark_scale $(SCALE_ARGS)
 
+# The ZeroMQ gateway's targets (services/zmq/README.md): zpipes chunks/s durable, PUB/SUB
+# fan-out, memory with 1,000 open pipes. ZMQ_BENCH_ARGS='--rounds 5 --seconds 5'.
+.PHONY: bench-zmq
+bench-zmq: venv
+	$(VENV)/bin/python -m bench.zmq_bench $(ZMQ_BENCH_ARGS)
+
 # py-spy of one api worker under 10 s of publishing (docs/benchmarks.md, "Profiling").
 .PHONY: profile
 profile: venv
