@@ -92,7 +92,7 @@ PYTEST = TESTCONTAINERS_RYUK_DISABLED=true PYTHONDONTWRITEBYTECODE= \
 # The tools and every service's dependencies (pinned), then zosciimq and the four
 # services as editable packages: tests and benchmarks import them as installed, no
 # sys.path or PYTHONPATH (services/<svc>/pyproject.toml, README "Installing").
-SERVICES := api replikate claireup statissa phpmq
+SERVICES := api replikate claireup statissa phpmq zmq
 $(VENV)/.installed: requirements-dev.txt pyproject.toml $(SERVICES:%=services/%/pyproject.toml)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
@@ -155,6 +155,12 @@ bench-faults: venv
 .PHONY: bench-statissa-scale
 bench-statissa-scale: venv
 	$(VENV)/bin/python -m bench.spark_scale $(SCALE_ARGS)
+
+# The ZeroMQ gateway's targets (services/zmq/README.md): zpipes chunks/s durable, PUB/SUB
+# fan-out, memory with 1,000 open pipes. ZMQ_BENCH_ARGS='--rounds 5 --seconds 5'.
+.PHONY: bench-zmq
+bench-zmq: venv
+	$(VENV)/bin/python -m bench.zmq_bench $(ZMQ_BENCH_ARGS)
 
 # py-spy of one api worker under 10 s of publishing (docs/benchmarks.md, "Profiling").
 .PHONY: profile

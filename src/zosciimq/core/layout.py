@@ -35,6 +35,8 @@ TTL_SUFFIX = ".ttl"  # .zoscii/index/<queue>.ttl: expiry of messages published w
 USAGE_SUFFIX = ".usage"
 GROUP_SUFFIX = ".log"  # .zoscii/groups/<queue>/<group>.log: a consumer group's state
 STATISSA_DIR = "statissa"  # .zoscii/statissa/: statissa's history of figures
+PIPES_DIR = "zpipes"  # .zoscii/zpipes/<queue>.pipe: a zpipes pipe's reader and ends (core.pipes)
+PIPE_SUFFIX = ".pipe"
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,15 @@ class DataDir:
         if not file_name or os.path.basename(file_name) != file_name or file_name in (".", ".."):
             raise ValueError(f"not a file name for states/: {file_name!r}")
         return self.states / file_name
+
+    @property
+    def pipes(self) -> Path:
+        """The ZeroMQ gateway's named pipes: one state file each (``core.pipes``)."""
+        return self.internal / PIPES_DIR
+
+    def pipe_path(self, queue: str) -> Path:
+        """The state of the pipe whose chunks are the messages of ``queue``."""
+        return self.pipes / f"{queue}{PIPE_SUFFIX}"
 
     @property
     def statissa_history(self) -> Path:
