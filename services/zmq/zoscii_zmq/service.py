@@ -21,6 +21,7 @@ from zoscii_zmq.settings import Settings
 from zoscii_zmq.storage import Storage
 from zoscii_zmq.zpipes import Zpipes
 from zosciimq.core import DataDir
+from zosciimq.core.restart import recover_at_start
 from zosciimq.service import EXIT_FAILED, EXIT_OK, Health, OpsServer, ops_app
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class Service:
     async def _main(self) -> int:
         context = zmq.asyncio.Context()
         storage = Storage(self.settings)
+        if self.data_dir.check_writable() is None:
+            await storage.run(recover_at_start, storage.queues)  # before serving
         self.zpipes = Zpipes(self.settings, storage, self.metrics, context)
         self.patterns = Patterns(self.settings, storage, self.metrics, context)
         try:

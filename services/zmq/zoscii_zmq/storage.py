@@ -30,6 +30,7 @@ class Storage:
             self.data_dir,
             rules=settings.policy.rule_for,
             default_retention_days=settings.core.default_retention_days,
+            durability=settings.core.durability(),
         )
         self.groups = ConsumerGroups(
             self.data_dir,
