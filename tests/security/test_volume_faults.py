@@ -22,6 +22,7 @@ import requests
 
 from tests.security.figures import TALLY
 from tests.support.api_server import ApiServer
+from tests.support.queues import wal_records
 from zosciimq.core import DataDir
 from zosciimq.core.nonces import Nonces
 
@@ -230,3 +231,51 @@ def test_missing_volume_at_start(mount) -> None:
         assert drain(server.url, "q") == [b"x"]
     finally:
         server.stop()
+
+
+def framed(bodies: list[bytes], nonces: list[str]) -> bytes:
+    """A framed batch (PROTOCOL.md, "Framed batch"): each message with its own nonce."""
+    frames = [b"%d n=%s\n" % (len(b), n.encode()) + b for b, n in zip(bodies, nonces, strict=True)]
+    return b"".join(frames) + b"end\n"
+
+
+def test_out_of_inodes_in_the_middle_of_a_batch_leaves_nothing_of_it(mount, servers) -> None:
+    """A batch of ten with nonces: its ten uploads fit, its fourth nonce marker finds no
+    inode, after its record was logged and its messages renamed into place. 507 for the
+    batch, none of it visible, on disk, marked or left in the log for a recovery to make
+    again; with room, the same batch goes through whole."""
+    volume = mount("tmpfs", "size=16m,nr_inodes=300")
+    data_dir = volume.point / "data"
+    server = servers(data_dir, workers=1)
+    assert publish(server.url, "q", b"first").status_code == 200  # queue, index, log, locks
+    nonces = [f"batch-{i}" for i in range(10)]
+    with Nonces(DataDir(data_dir)).lock(*nonces):  # their lock files exist too
+        pass
+    bodies = [b"m%d" % i * 50 for i in range(10)]
+    body = framed(bodies, nonces)
+
+    def send() -> requests.Response:
+        return requests.post(
+            server.url,
+            params={"action": "publish", "q": "q"},
+            data=body,
+            headers={"Content-Type": "application/vnd.zoscii.batch"},
+        )
+
+    filler = fill(volume.point / "filler", block=b"")
+    for _ in range(13):  # ten uploads and three markers
+        filler.pop().unlink()
+    assert_507(send())
+    assert len(queue_files(data_dir, "q")) == 1
+    assert drain(server.url, "q") == [b"first"]
+    assert not any((data_dir / "nonce" / n).exists() for n in nonces)
+    assert list((data_dir / "queues" / "temp").iterdir()) == []
+    logged = {b for record in wal_records(DataDir(data_dir), "q") for b in record}
+    assert not logged & set(bodies), "the failed batch was left in the log"
+
+    for _ in range(8):
+        filler.pop().unlink()
+    reply = send()
+    assert reply.status_code == 200, reply.text
+    assert drain(server.url, "q") == [b"first", *bodies]
+    assert all((data_dir / "nonce" / n).exists() for n in nonces)
