@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from zosciimq.core import index as idx
 from zosciimq.core import policy
@@ -57,8 +57,7 @@ MAX_GROUP_MESSAGES = 4096  # one commit's worth; more waits for the next
 MAX_GROUP_INLINE = 16 << 20
 
 
-@dataclass(frozen=True)
-class Position:
+class Position(NamedTuple):
     """Where a log stood after a commit: the checkpointer moves its checkpoint there."""
 
     ino: int
@@ -91,10 +90,12 @@ class QueueCommitter:
         self.rules = rules
         self.default_retention_days = default_retention_days
         self.durability = durability
+        self.relaxed = durability.relaxed
         self.checkpointer = checkpointer
         self.flusher = flusher
         self.advance = advance  # QueueStore.checkpoint_to: the checkpointer's callback
         self._volume = [str(data_dir.root), str(data_dir.queues), str(data_dir.nonces)]
+        self._advances: dict[str, Callable[[object], None]] = {}
 
     def commit(self, files: QueueFiles, group: list[Publish]) -> None:
         """Commit a group; every submission in it ends done, with results or an error."""
@@ -238,8 +239,8 @@ class QueueCommitter:
         index.write_header(header)
         logged = None
         try:
-            logged = wal.append(wal_header, record, relaxed=self.durability.relaxed)
-            if not self.durability.relaxed:
+            logged = wal.append(wal_header, record, relaxed=self.relaxed)
+            if not self.relaxed:
                 wal.sync()  # the group is durable from here
         except Exception:  # (a process dying mid-way unwinds nothing: recovery's case)
             if logged is None:
@@ -275,14 +276,21 @@ class QueueCommitter:
         files.own_commit = (index.ino, header.committed, header.dir_mtime_ns, header.dir_ino)
         position = Position(wal.ino, logged.tail_off, logged.tail_lsn, names[-1])
         self.checkpointer.note(files.name, position, self._advance_for(files.name))
-        if self.durability.relaxed:
+        if self.relaxed:
             self.flusher.note(files.wal_path)
 
     def _advance_for(self, queue: str) -> Callable[[object], None]:
-        def advance(position: object) -> None:
-            assert isinstance(position, Position)
-            self.advance(queue, position)
+        """The checkpointer's callback for ``queue`` (one per queue, kept)."""
+        advance = self._advances.get(queue)
+        if advance is None:
 
+            def advance(position: object) -> None:
+                assert isinstance(position, Position)
+                self.advance(queue, position)
+
+            if len(self._advances) > 4096:
+                self._advances.clear()
+            self._advances[queue] = advance
         return advance
 
     def _entries(self, files: QueueFiles, accepted: list[tuple[Outgoing, str]]) -> list[Entry]:

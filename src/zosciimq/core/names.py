@@ -150,8 +150,7 @@ def format_stamp(now: datetime) -> str:
     if now.utcoffset():
         now = now.astimezone(UTC)
     return (
-        f"{now.year:04d}{now.month:02d}{now.day:02d}"
-        f"{now.hour:02d}{now.minute:02d}{now.second:02d}"
+        f"{now.year:04d}{now.month:02d}{now.day:02d}{now.hour:02d}{now.minute:02d}{now.second:02d}"
     )
 
 
