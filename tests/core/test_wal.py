@@ -420,3 +420,26 @@ def test_eight_consumers_acking_at_once_share_flushes(data_dir: DataDir, monkeyp
     assert outcomes == ["ok"] * 400
     assert groups.stats("q", "g").acked == 400
     assert flushes[0] < 400, "no two acks ever shared a flush"
+
+
+def test_a_log_naming_paths_outside_the_layout_is_not_followed(
+    data_dir: DataDir, tmp_path: Path, rebooted
+) -> None:
+    """Whatever wrote a log (a bug, a hand), recovery writes only message files of the
+    layout: not through ``..``, not through a link planted in place of a directory."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    name = "202601010000000000-0001-00000000-0000-4000-8000-000000000000.bin"
+    wal = WriteAheadLog.open(str(data_dir.store_wal_path), create=True)
+    assert wal is not None
+    header = wal.header()
+    dirs = "/".join(parse_name(name).store_dirs)
+    for path in (f"store/../../outside/{name}", f"store/{dirs}/../../../../outside/x.bin"):
+        header = wal.append(header, Record("", [Entry(path, 3, b"bad")]))
+    (data_dir.store / dirs.split("/")[0]).symlink_to(outside)  # a link in the store's way
+    header = wal.append(header, Record("", [Entry(f"store/{dirs}/{name}", 3, b"bad")]))
+    wal.sync()
+    rebooted()
+    report = DataStore(data_dir).recover_volume()
+    assert report.rewritten == [] and len(report.lost) == 3
+    assert list(outside.iterdir()) == []

@@ -94,7 +94,7 @@ class QueueCommitter:
         self.checkpointer = checkpointer
         self.flusher = flusher
         self.advance = advance  # QueueStore.checkpoint_to: the checkpointer's callback
-        self._volume = [str(data_dir.root), str(data_dir.queues), str(data_dir.nonces)]
+        self._volume = data_dir.volumes()
         self._advances: dict[str, Callable[[object], None]] = {}
 
     def commit(self, files: QueueFiles, group: list[Publish]) -> None:

@@ -178,6 +178,11 @@ class DataDir:
     def store_path(self, name: str, dirs: tuple[str, str, str]) -> Path:
         return self.store.joinpath(*dirs, name)
 
+    def volumes(self) -> list[str]:
+        """Directories that hold the data: each may be a file system of its own, and a
+        checkpoint flushes every one (``checkpoint.sync_volumes`` flushes each once)."""
+        return [str(p) for p in (self.root, self.queues, self.store, self.nonces, self.internal)]
+
     def ensure(self, *, create_root: bool = True) -> None:
         """Create the directory skeleton; safe to call from many processes at once.
 

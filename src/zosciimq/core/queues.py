@@ -78,7 +78,7 @@ class QueueStore:
         self.durability = durability or Durability()
         self.nonces = Nonces(data_dir)
         self._open = OpenQueues(data_dir)
-        self._volume = [str(data_dir.root), str(data_dir.queues), str(data_dir.nonces)]
+        self._volume = data_dir.volumes()
         self.checkpointer = Checkpointer(self._volume, self.durability.checkpoint_seconds)
         self.flusher = Flusher(self.durability.flush_interval)
         self.recovery = QueueRecovery(data_dir, self.nonces, self._sync_volume)

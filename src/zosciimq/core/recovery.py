@@ -30,13 +30,15 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISDIR
 
 from zosciimq.core import index as idx
 from zosciimq.core import wal as walfile
 from zosciimq.core import walk
 from zosciimq.core.durable import unlink_quietly
+from zosciimq.core.errors import InvalidInput, QueueNotFound
 from zosciimq.core.layout import DataDir
-from zosciimq.core.names import is_message_name
+from zosciimq.core.names import is_message_name, is_queue_name, parse_name
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.queue_files import QueueFiles
 from zosciimq.core.upload import TEMP_SUFFIX
@@ -94,10 +96,18 @@ class Redo:
         self.nonces = nonces
 
     def record(self, record: Record, report: Report, ttl_fd: Callable[[], int] | None) -> bool:
-        """Redo one record; whether anything had to be written or removed."""
+        """Redo one record; whether anything had to be written or removed.
+
+        Every path is checked against the layout first: a record that names anything but
+        a message of its queue (or of the store) and an upload in ``queues/temp`` is not
+        followed, whatever wrote it; nor is a path through a link."""
         changed = False
         expiries = []
         for entry in record.entries:
+            if not self._expected(record, entry):
+                log.error("not redone: %r is no message path of this log", entry.path)
+                report.lost.append(entry.path)
+                continue
             changed |= self._entry(entry, report)
             if entry.expires_ms is not None:
                 expiries.append(f"{os.path.basename(entry.path)} {entry.expires_ms}\n")
@@ -106,6 +116,8 @@ class Redo:
         if expiries and ttl_fd is not None:
             os.write(ttl_fd(), "".join(expiries).encode("ascii"))  # a repeat is harmless
         for name in record.dropped:  # (a queue's: the store drops nothing)
+            if not (record.queue and is_queue_name(record.queue) and is_message_name(name)):
+                continue
             path = os.path.join(self.data_dir.queue_dir(record.queue), name)
             if os.path.lexists(path):
                 unlink_quietly(path)
@@ -115,6 +127,33 @@ class Redo:
 
     def _target(self, entry: Entry) -> str:
         return os.path.join(self.data_dir.root, entry.path)
+
+    def _expected(self, record: Record, entry: Entry) -> bool:
+        """The entry's paths are what a commit of this log writes, with no link on the
+        way: ``queues/<queue>/<name>`` (the store: ``store/<d1>/<d2>/<d3>/<name>``) and
+        ``queues/temp/<upload>.part``."""
+        parts = entry.path.split("/")
+        name = parts[-1]
+        if record.queue:
+            shaped = (
+                len(parts) == 3
+                and parts[:2] == ["queues", record.queue]
+                and is_queue_name(record.queue)
+                and is_message_name(name)
+            )
+        else:
+            try:
+                shaped = len(parts) == 5 and parts[0] == "store" and (
+                    tuple(parts[1:4]) == parse_name(name).store_dirs
+                )
+            except InvalidInput:
+                shaped = False
+        temp = entry.temp.split("/")
+        if entry.temp and not (
+            len(temp) == 3 and temp[:2] == ["queues", "temp"] and temp[2].endswith(TEMP_SUFFIX)
+        ):
+            return False
+        return shaped and _no_links(str(self.data_dir.root), parts[:-1])
 
     def _entry(self, entry: Entry, report: Report) -> bool:
         target = self._target(entry)
@@ -189,9 +228,9 @@ class QueueRecovery:
         self, files: QueueFiles, index: idx.IndexFile, header: idx.IndexHeader
     ) -> None:
         """The group whose publisher died between ``pending`` and the commit: redone from
-        its record when the record is whole (flushed first, so it outlives a power loss
-        from now on), else dropped (its files were never renamed: that comes after the
-        record). The caller rebuilds the index from the directory afterwards."""
+        its record when the record is whole (and the log flushed, so the group outlives a
+        power loss from now on), else dropped (its files were never renamed: that comes
+        after the record). The caller rebuilds the index from the directory afterwards."""
         names = list(index.iter_from(header.committed, header.committed + header.pending))
         wal = files.wal(create=False)
         record = None
@@ -228,7 +267,9 @@ class QueueRecovery:
             return report
         if header.boot == walfile.boot_id():
             return report
-        if not os.path.isdir(files.dir):  # deleted on purpose: nothing to bring back
+        try:
+            files.dir_stat()
+        except QueueNotFound:  # deleted on purpose (or a link): nothing to bring back
             unlink_quietly(files.wal_path)
             return report
         records = list(wal.records(header))
@@ -318,6 +359,20 @@ def _names_of(record: Record) -> list[str]:
 
 def _with_tail(header: LogHeader, offset: int, lsn: int) -> LogHeader:
     return header.but(tail_off=offset, tail_lsn=lsn)
+
+
+def _no_links(root: str, directories: list[str]) -> bool:
+    """Each of ``directories`` below ``root`` is a real directory or does not exist yet
+    (then it is made): never a link, which would lead out of the data directory."""
+    path = root
+    for part in directories:
+        path = os.path.join(path, part)
+        try:
+            if not S_ISDIR(os.lstat(path).st_mode):
+                return False
+        except FileNotFoundError:
+            return True
+    return True
 
 
 def _whole(path: str, entry: Entry) -> bool:

@@ -73,9 +73,10 @@ class DataStore:
         self.clock = clock
         self.nonces = Nonces(data_dir)
         self.durability = durability or Durability()
-        volume = [str(data_dir.root), str(data_dir.store), str(data_dir.nonces)]
-        self._volume = volume
-        self.checkpointer = checkpointer or Checkpointer(volume, self.durability.checkpoint_seconds)
+        self._volume = data_dir.volumes()
+        self.checkpointer = checkpointer or Checkpointer(
+            self._volume, self.durability.checkpoint_seconds
+        )
         self.flusher = flusher or Flusher(self.durability.flush_interval)
         self._lane: Lane[Sequence[_Item], list[StoreResult]] = Lane()
         self._lock = FileLock(data_dir.store_wal_lock_path)
