@@ -443,3 +443,20 @@ def test_a_log_naming_paths_outside_the_layout_is_not_followed(
     report = DataStore(data_dir).recover_volume()
     assert report.rewritten == [] and len(report.lost) == 3
     assert list(outside.iterdir()) == []
+
+
+def test_the_background_checkpoint_keeps_the_log_small(data_dir: DataDir) -> None:
+    """Four megabytes through a 1 MiB log: the checkpoint frees its space as it goes (it
+    never had to grow more than once), and soon after the last commit nothing is left
+    to redo."""
+    queues = QueueStore(data_dir, durability=Durability(checkpoint_seconds=0.05))
+    for _ in range(40):
+        publish_many(queues, data_dir, "q", [os.urandom(1000) for _i in range(100)])
+    size = os.path.getsize(data_dir.wal_path("q"))
+    assert size <= 2 * walfile.INITIAL_SIZE, f"the log grew to {size}"
+    deadline = time.monotonic() + 10
+    while wal_records(data_dir, "q") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert wal_records(data_dir, "q") == []
+    assert len(queue_contents(data_dir, "q")) == 4000
+    queues.close()

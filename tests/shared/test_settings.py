@@ -52,3 +52,38 @@ def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:
 
 def test_given_fields_win() -> None:
     assert read_env(Example, {"X_COUNT": "7"}, count=3).count == 3
+
+
+def test_durability_is_read_and_checked() -> None:
+    from zosciimq.core.checkpoint import Durability, Mode
+    from zosciimq.settings import CoreSettings
+
+    assert CoreSettings.from_env({}).durability() == Durability()
+    relaxed = CoreSettings.from_env(
+        {"ZOSCII_DURABILITY": "Interval", "ZOSCII_FLUSH_INTERVAL_MS": "25"}
+    ).durability()
+    assert relaxed.mode is Mode.INTERVAL and relaxed.flush_interval == 0.025
+    with pytest.raises(SettingsError, match="ZOSCII_DURABILITY='fast'"):
+        CoreSettings.from_env({"ZOSCII_DURABILITY": "fast"})
+    with pytest.raises(SettingsError, match="ZOSCII_FLUSH_INTERVAL_MS"):
+        CoreSettings.from_env({"ZOSCII_FLUSH_INTERVAL_MS": "0"})
+
+
+def test_interval_durability_is_refused_on_a_network_file_system(monkeypatch) -> None:
+    """Another host's unflushed log could not be judged after this one restarts."""
+    from zosciimq.core import checkpoint
+    from zosciimq.settings import CoreSettings
+
+    monkeypatch.setattr(checkpoint, "file_system_of", lambda path: "nfs4")
+    settings = CoreSettings.from_env({"ZOSCII_DURABILITY": "interval"})
+    with pytest.raises(SettingsError, match="nfs4, a network file system"):
+        settings.durability()
+    shared = CoreSettings.from_env({}).durability()
+    assert shared.shared, "on a shared volume each commit flushes the index for other hosts"
+
+
+def test_the_file_system_of_a_path_is_read_from_mountinfo(tmp_path: Path) -> None:
+    from zosciimq.core.checkpoint import file_system_of
+
+    assert file_system_of("/proc/self") == "proc"
+    assert file_system_of(tmp_path) != ""
