@@ -64,8 +64,8 @@ RATIO_COLUMNS = ((f"x {ORIGINAL}", ORIGINAL), ("x raw floor", RAW_FLOOR))
 
 @dataclass(frozen=True)
 class Goal:
-    """A target the issues set for one target of a comparison, judged on the median over
-    the rounds: ``rate``: msg/s >= value; ``ratio``: its rate / ``of``'s rate, taken within
+    """What an issue asks of one target of a comparison, judged on the median over the
+    rounds: ``rate``: msg/s >= value; ``ratio``: its rate / ``of``'s rate, taken within
     each round, >= value; ``cpu``: server CPU ms per message <= value."""
 
     target: str
@@ -334,31 +334,38 @@ def target_cells(comparison: Comparison, target: str) -> list[str]:
 
 
 def comparison_notes(comparison: Comparison) -> list[str]:
-    """What goes under a scenario's lines: its notes, requests refused."""
-    return comparison.notes + [
-        f"{target} refused {refused:,} requests with 503 (back-pressure)"
-        for target in comparison.shown()
-        if (refused := sum(r[target].refused for r in comparison.rounds if target in r))
+    """What goes under a scenario's lines: a target that stopped after some rounds, the
+    notes, requests refused."""
+    stopped = [
+        f"{target} not available after {len(comparison.rates(target))} rounds: {why}"
+        for target, why in comparison.missing.items()
+        if comparison.rates(target)
     ]
+    refused = [
+        f"{target} refused {count:,} requests with 503 (back-pressure)"
+        for target in comparison.shown()
+        if (count := sum(r[target].refused for r in comparison.rounds if target in r))
+    ]
+    return stopped + comparison.notes + refused
 
 
 def render_comparisons(comparisons: list[Comparison]) -> str:
     """Per scenario: one line per target (msg/s, ratios within rounds, CPU per message,
     each the median (min-max) over the rounds), its goals, its notes; then the goals'
     tally."""
-    lines = {id(c): [target_cells(c, target) for target in c.shown()] for c in comparisons}
+    sections = [(c, [target_cells(c, target) for target in c.shown()]) for c in comparisons]
     # A target not available is one line with its reason: it sets no column's width.
     table = [list(COMPARISON_HEADINGS)]
-    table += [cells for c in comparisons for cells in lines[id(c)] if len(cells) > 2]
+    table += [cells for _, lines in sections for cells in lines if len(cells) > 2]
     widths = [max(len(cells[i]) for cells in table) for i in range(len(COMPARISON_HEADINGS))]
 
     def row(cells: list[str]) -> str:
         return "  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip()
 
     out = []
-    for comparison in comparisons:
+    for comparison, lines in sections:
         out += ["", comparison.scenario, row(list(COMPARISON_HEADINGS))]
-        out += [row(cells) for cells in lines[id(comparison)]]
+        out += [row(cells) for cells in lines]
         out += [f"  goal: {goal.verdict(comparison)}" for goal in comparison.goals]
         out += [f"  - {note}" for note in comparison_notes(comparison)]
     tally = goal_tally(comparisons)

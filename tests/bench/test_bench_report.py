@@ -85,6 +85,14 @@ def test_one_line_per_target_then_goals_then_the_tally() -> None:
     assert "- goal: ours sync CPU <= 0.45 ms/msg: met at 0.4 (0.4-0.4)" in markdown
 
 
+def test_a_target_that_stopped_keeps_its_rounds_and_says_why() -> None:
+    c = comparison()
+    c.missing[INTERVAL] = "server answered 415"
+    lines = render_comparisons([c]).splitlines()
+    assert any(line.startswith("  ours interval   100 (50-250)") for line in lines)
+    assert "  - ours interval not available after 3 rounds: server answered 415" in lines
+
+
 def test_the_json_keeps_every_round_ratio_and_goal() -> None:
     data = json.loads(json.dumps(comparison().to_json()))
     assert len(data["rounds"]) == 3 and data["rounds"][2][SYNC]["rate"] == 500
