@@ -297,7 +297,7 @@ Writes = Callable[[Path, str, bytes], OperationFactory]  # (root, queue, payload
 
 
 def durable_factory(root: Path, queue: str, payload: bytes) -> OperationFactory:
-    """The POSIX commit of 1 KB files into ``root/queue``."""
+    """The POSIX commit of ``payload`` files into ``root/queue``."""
     return durable_write_factory(root / queue, root / "temp", payload)
 
 
