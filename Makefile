@@ -9,7 +9,8 @@
 #   make test-unit the tests that need no containers; make test-e2e only the e2e ones
 #   make bench     benchmarks against this machine's ceilings, the framework floor and,
 #                  with ZOSCII_BENCH_ORIGINAL=<dir>, the original; make bench-quick is short
-#   make profile   py-spy of one api worker while it publishes (docs/benchmarks.md)
+#   make profile   py-spy of one api worker while 8 clients publish (docs/benchmarks.md);
+#                  PROFILE_ARGS='--durability interval' for the other durability mode
 #
 # Variables (command line or environment):
 #   PROJECT=zoscii           compose project name (containers zoscii_api_1, volume zoscii_zoscii_data)
@@ -36,7 +37,7 @@ COMPOSE_CMD = $(COMPOSE) -p $(PROJECT) --project-directory . $(COMPOSE_FILES)
 .PHONY: help images wheelhouse base-images up down logs ps
 
 help:
-	@sed -n '2,20p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---- images and stack (deploy/) ---------------------------------------------------
 
@@ -162,9 +163,11 @@ bench-statissa-scale: venv
 bench-zmq: venv
 	$(VENV)/bin/python -m bench.zmq_bench $(ZMQ_BENCH_ARGS)
 
-# py-spy of one api worker under 10 s of publishing (docs/benchmarks.md, "Profiling").
+# py-spy of one api worker under 10 s of publishing from 8 clients (docs/benchmarks.md,
+# "Profiling"). PROFILE_ARGS passes more: e.g. '--durability interval --data-dir /mnt/disk'.
+PROFILE_ARGS ?=
 .PHONY: profile
 profile: venv
 	@sh bench/tools.sh
 	@test -x $(VENV)/bin/py-spy || $(VENV)/bin/pip install -q --disable-pip-version-check py-spy
-	$(VENV)/bin/python -m bench.profile_publish
+	$(VENV)/bin/python -m bench.profile_publish $(PROFILE_ARGS)

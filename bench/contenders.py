@@ -1,10 +1,12 @@
-"""The servers a comparison runs against: ours, the floor and the original.
+"""The servers a comparison runs against: ours, the floors and the original.
 
-*ours* is the api as the other scenarios start it. The *floor* is ``bench/floor_app.py``
+*ours* is the api as the other scenarios start it, once per durability mode compared
+(``ZOSCII_DURABILITY`` in its environment, each on a data directory of its own). The
+*floors* are ``bench/floor_app.py``'s two apps, the Flask one and the raw WSGI one,
 under gunicorn with the api's settings (workers, threads, keepalive, timeout, access
-log, and the worker class: gthread with the api's keep-alive linger and head deadline),
-read from ``services/api/gunicorn.conf.py`` so the two stay alike: the floor is what the
-same server costs for an app that does nothing. The *original* runs when
+log, HTTP parser, and the worker class: gthread with the api's keep-alive linger and
+head deadline), read from ``services/api/gunicorn.conf.py`` so they stay alike: a floor
+is what the same server costs for an app that does nothing. The *original* runs when
 ``ZOSCII_BENCH_ORIGINAL`` is set and nginx and php-fpm are installed; otherwise
 ``missing`` says why not.
 """
@@ -24,12 +26,24 @@ from pathlib import Path
 from bench import REPO
 from bench.context import Context
 from bench.original import OriginalServer, unavailable
+from bench.report import RAW_FLOOR
 from bench.servers import Api
 from tests.support.api_server import GUNICORN_CONF, free_port, until_healthy
 
 log = logging.getLogger("bench.contenders")
 
-SHARED_SETTINGS = ("keepalive", "timeout", "graceful_timeout", "access_log_format")
+SHARED_SETTINGS = ("keepalive", "timeout", "graceful_timeout", "access_log_format", "http_parser")
+
+# The api's targets: name -> its ZOSCII_DURABILITY.
+OURS = "ours"
+SYNC, INTERVAL = "ours sync", "ours interval"
+ONE_MODE = {OURS: "sync"}  # where durability plays no part (a fetch) or one mode is enough
+BOTH_MODES = {SYNC: "sync", INTERVAL: "interval"}
+
+DURABILITY = "ZOSCII_DURABILITY"
+
+FLASK_FLOOR = "Flask floor"
+FLOOR_APPS = {RAW_FLOOR: "bench.floor_app:raw_app", FLASK_FLOOR: "bench.floor_app:app"}
 
 
 def api_gunicorn_settings(scratch: Path) -> dict[str, object]:
@@ -56,10 +70,13 @@ def api_gunicorn_settings(scratch: Path) -> dict[str, object]:
 
 
 class FloorServer:
-    """``bench.floor_app:app`` under gunicorn with the api's settings and worker class."""
+    """A WSGI app of ``bench.floor_app`` (``app``: module:callable) under gunicorn with the
+    api's settings and worker class."""
 
-    def __init__(self, workdir: Path, *, workers: int, threads: int) -> None:
-        self.workdir, self.workers, self.threads = workdir, workers, threads
+    def __init__(
+        self, workdir: Path, *, workers: int, threads: int, app: str = FLOOR_APPS[FLASK_FLOOR]
+    ) -> None:
+        self.workdir, self.workers, self.threads, self.app = workdir, workers, threads, app
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.process: subprocess.Popen[bytes] | None = None
@@ -81,8 +98,9 @@ class FloorServer:
             f"--bind=127.0.0.1:{self.port}",
             "--access-logfile=-",  # as the api: one line per request to stdout
             f"--access-logformat={self.settings['access_log_format']}",
+            f"--http-parser={self.settings['http_parser']}",
             f"--chdir={REPO}",
-            "bench.floor_app:app",
+            self.app,
         ]
         with open(self.workdir / "floor.log", "ab") as out:
             self.process = subprocess.Popen(
@@ -120,26 +138,35 @@ def api_cpu_roots(api: Api) -> list[int]:
 
 @dataclass
 class Contenders:
-    ours: Api
-    ours_dir: Path
-    floor: FloorServer
+    ours: dict[str, Api]  # target name -> the api in that durability mode
+    ours_dirs: dict[str, Path]  # target name -> its data directory
+    floors: dict[str, FloorServer]  # target name -> the floor app's server
     original: OriginalServer | None
     missing: str  # why there is no original, or ""
 
 
 @contextmanager
-def contenders(ctx: Context, workdir: Path, *, original: bool = True) -> Iterator[Contenders]:
-    """Start ours, the floor and (when possible) the original; stop them all at the end."""
+def contenders(
+    ctx: Context, workdir: Path, *, ours: dict[str, str] = ONE_MODE, original: bool = True
+) -> Iterator[Contenders]:
+    """Start ours (one api per entry of ``ours``: target name -> durability mode), both
+    floors and (when possible) the original; stop them all at the end."""
     with ExitStack() as stack:
-        ours_dir = workdir / "ours"
-        ours_dir.mkdir(parents=True)
-        ours = stack.enter_context(ctx.api(ours_dir))
-        floor = FloorServer(workdir / "floor", workers=ctx.workers, threads=ctx.threads).start()
-        stack.callback(floor.stop)
+        apis, dirs = {}, {}
+        for target, mode in ours.items():
+            dirs[target] = workdir / target.replace(" ", "-")
+            dirs[target].mkdir(parents=True)
+            apis[target] = stack.enter_context(ctx.api(dirs[target], {DURABILITY: mode}))
+        floors = {}
+        for target, app in FLOOR_APPS.items():
+            where = workdir / target.replace(" ", "-")
+            floor = FloorServer(where, workers=ctx.workers, threads=ctx.threads, app=app)
+            floors[target] = floor.start()
+            stack.callback(floor.stop)
         server, missing = None, (unavailable() or "") if original else "not compared"
         if not missing:
             server = OriginalServer(workdir / "original").start()
             stack.callback(server.stop)
             log.info("original on %s; configured: %s", server.url, server.configured())
             ctx.results.header["original configured"] = server.configured()
-        yield Contenders(ours, ours_dir, floor, server, missing)
+        yield Contenders(apis, dirs, floors, server, missing)

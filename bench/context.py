@@ -41,11 +41,16 @@ class Context:
         shutil.rmtree(path, ignore_errors=True)
 
     @contextmanager
-    def api(self, data_dir: Path) -> Iterator[Api]:
+    def api(self, data_dir: Path, env: dict[str, str] | None = None) -> Iterator[Api]:
+        """The api on ``data_dir``; ``env``: settings of its own (``ZOSCII_DURABILITY``)."""
         server = start_api(
-            data_dir, containers=self.containers, workers=self.workers, threads=self.threads
+            data_dir,
+            containers=self.containers,
+            workers=self.workers,
+            threads=self.threads,
+            env=env,
         )
-        log.info("api on %s (data dir %s)", server.url, data_dir)
+        log.info("api on %s (data dir %s%s)", server.url, data_dir, f", {env}" if env else "")
         try:
             yield server
         finally:

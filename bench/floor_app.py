@@ -1,17 +1,25 @@
-"""The floor: the least a Flask app under the api's gunicorn settings can do per request.
+"""The floors: the least an app under the api's gunicorn settings can do per request.
 
-It reads the whole body, as the api must, and answers a small JSON envelope. Anything
-the api costs beyond this (parameter parsing, the queue, the disk) is the api's own;
-what this costs is gunicorn, Flask and the loopback, which no rewrite of the api removes.
+Both read the whole body, as the api must, and answer the same 77-byte JSON envelope.
+What the api costs beyond them (parameter parsing, the queue, the disk) is the api's
+own; what they cost is gunicorn and the loopback, plus Flask for ``app``:
 
-    gunicorn --worker-class gthread ... 'bench.floor_app:app'
+* ``app``: a Flask app, as the api was before its publish path was mounted before
+  Flask; the floor of anything routed through Flask;
+* ``raw_app``: a bare WSGI callable, the floor of any Python app under this server.
+
+    gunicorn --worker-class zoscii_api.worker.ThreadWorker ... 'bench.floor_app:raw_app'
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from flask import Flask, Response, request
 
 ENVELOPE = b'{"system":"ZOSCII MQ","version":"1.0","error":"","message":"ok","result":[]}\n'
+HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(ENVELOPE)))]
 
 app = Flask(__name__)
 
@@ -21,3 +29,10 @@ app = Flask(__name__)
 def answer(path: str) -> Response:
     request.get_data()  # the body, read in full and dropped
     return Response(ENVELOPE, mimetype="application/json")
+
+
+def raw_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    """Any method, any path: the body read in full and dropped, the envelope answered."""
+    environ["wsgi.input"].read()
+    start_response("200 OK", HEADERS)
+    return [ENVELOPE]

@@ -1,13 +1,18 @@
 """Where a gunicorn worker's time goes while it publishes: ``make profile``.
 
-Starts the api with one worker (so one pid holds every request), publishes 1 KB from 8
-keep-alive clients (wrk, or Python threads without it) and records that worker with
+Starts the api with one worker (so one pid holds every request) in the durability mode
+asked for (``--durability``: ``ZOSCII_DURABILITY``, sync by default), publishes 1 KB
+from 8 keep-alive clients to one queue (the bench's 8-client case; wrk, or Python
+threads without it) and records that worker with
 ``py-spy record --gil --format raw`` meanwhile. ``--gil`` keeps only samples of a thread
 holding the GIL: the Python work that competes for the one core a worker can use,
 without the threads that sleep in ``accept``, ``poll`` or a lock. Prints the top
 functions inclusive (on the stack) and self (running), as shares of the samples.
 
-    .venv/bin/python -m bench.profile_publish [--seconds 10] [--clients 8] [--top 25]
+    .venv/bin/python -m bench.profile_publish [--durability sync|interval] [--seconds 10]
+                                              [--clients 8] [--top 25] [--data-dir DIR]
+
+``--data-dir``: where the api's data directory goes (the disk measured; default $TMPDIR).
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ from collections import Counter
 from pathlib import Path
 
 from bench import load
+from bench.contenders import DURABILITY
 from bench.versus import FORM, publish_form
 from tests.support.api_server import ApiServer
+from zosciimq.core.checkpoint import file_system_of
+from zosciimq.settings import DURABILITY_MODES
 
 RATE = 500  # samples per second: a worker holds the GIL a fraction of the time only
 
@@ -67,14 +75,23 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--threads", type=int, default=8, help="threads of the one worker")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--durability",
+        choices=DURABILITY_MODES,
+        default="sync",
+        help="the api's ZOSCII_DURABILITY (default sync)",
+    )
+    parser.add_argument("--data-dir", type=Path, help="parent of the api's data directory")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(py_spy).exists():
         print("py-spy is not installed (.venv/bin/pip install py-spy)")
         return 1
-    with tempfile.TemporaryDirectory(prefix="zoscii-profile-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="zoscii-profile-", dir=args.data_dir) as tmp:
         work = Path(tmp)
-        api = ApiServer(work / "data", workers=1, threads=args.threads).start()
+        api = ApiServer(
+            work / "data", workers=1, threads=args.threads, env={DURABILITY: args.durability}
+        ).start()
         try:
             (pid,) = api.worker_pids()
             raw = work / "profile.txt"
@@ -85,7 +102,11 @@ def main() -> int:
                 [*record, "--pid", str(pid), "--duration", duration], stdout=subprocess.DEVNULL
             )
             time.sleep(1)  # attached before the load starts
-            print(f"profiling worker {pid}: {load.generator()}, {args.clients} clients")
+            print(
+                f"profiling worker {pid} ({args.threads} threads), ZOSCII_DURABILITY="
+                f"{args.durability}: {load.generator()}, {args.clients} clients, one queue, "
+                f"data in {work} ({file_system_of(work) or 'file system unknown'})"
+            )
             request = load.Request("POST", "/", publish_form("profile"), FORM)
             outcome = load.cycle(
                 api.url.rstrip("/"),
@@ -99,7 +120,8 @@ def main() -> int:
             api.stop()
         print(
             f"published {outcome.acked} in {outcome.seconds:.1f} s "
-            f"({outcome.acked / outcome.seconds:,.0f} msg/s, {outcome.bad} bad replies)"
+            f"({outcome.acked / outcome.seconds:,.0f} msg/s, {outcome.bad} bad replies), "
+            f"ZOSCII_DURABILITY={args.durability}"
         )
         if recorder.returncode != 0 or not raw.exists():
             print(f"py-spy failed ({recorder.returncode}): as root, or with ptrace allowed")

@@ -56,9 +56,71 @@ class Sample:
     refused: int = 0  # requests answered 503 (back-pressure), not counted as messages
 
 
+# The targets the per-target ratio columns divide by (bench.contenders names the rest).
+ORIGINAL = "original"
+RAW_FLOOR = "raw WSGI floor"
+RATIO_COLUMNS = ((f"x {ORIGINAL}", ORIGINAL), ("x raw floor", RAW_FLOOR))
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What an issue asks of one target of a comparison, judged on the median over the
+    rounds: ``rate``: msg/s >= value; ``ratio``: its rate / ``of``'s rate, taken within
+    each round, >= value; ``cpu``: server CPU ms per message <= value."""
+
+    target: str
+    kind: str  # rate | ratio | cpu
+    value: float
+    of: str = ""  # ratio only: the other target
+
+    @property
+    def label(self) -> str:
+        if self.kind == "rate":
+            return f"{self.target} >= {self.value:,.0f} msg/s"
+        if self.kind == "ratio":
+            times = f"{self.value:.1f}" if self.value < 10 else f"{self.value:g}"
+            return f"{self.target} >= {times}x {self.of}"
+        return f"{self.target} CPU <= {self.value:g} ms/msg"
+
+    def figures(self, comparison: Comparison) -> list[float]:
+        """The per-round figures the goal is judged on (CPU in ms)."""
+        if self.kind == "rate":
+            return comparison.rates(self.target)
+        if self.kind == "ratio":
+            return comparison.ratios(self.target, self.of)
+        return [value * 1000 for value in comparison.cpu(self.target)]
+
+    def met(self, comparison: Comparison) -> bool | None:
+        """None when not measured (e.g. no original)."""
+        figures = self.figures(comparison)
+        if not figures:
+            return None
+        median = statistics.median(figures)
+        return median <= self.value if self.kind == "cpu" else median >= self.value
+
+    def verdict(self, comparison: Comparison) -> str:
+        """``<label>: met at <median (range)>``, or MISSED at, or not measured."""
+        met = self.met(comparison)
+        if met is None:
+            return f"{self.label}: not measured"
+        text = {"rate": _rate, "ratio": _times, "cpu": _ms_plain}[self.kind]
+        figures = _range(self.figures(comparison), text)
+        return f"{self.label}: {'met' if met else 'MISSED'} at {figures}"
+
+    def to_json(self, comparison: Comparison) -> dict[str, Any]:
+        figures = self.figures(comparison)
+        return {
+            "goal": self.label,
+            **asdict(self),
+            "figures": spread(figures) if figures else None,
+            "met": self.met(comparison),
+        }
+
+
 @dataclass
 class Comparison:
-    """One scenario against the floor, the disk ceiling and the original, round by round.
+    """One scenario's targets (ours, the floors, the disk ceilings, the original), round
+    by round.
 
     Ratios are taken within a round (the targets ran back to back), then summarised
     over the rounds like the rates: median and range.
@@ -67,8 +129,17 @@ class Comparison:
     scenario: str
     rounds: list[dict[str, Sample]] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)  # target -> why not measured
-    goal: tuple[str, float] | None = None  # ("floor", 0.8): ours >= 0.8 x floor; ("", n): >= n
+    goals: list[Goal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)  # in the order to show them
+
+    def shown(self) -> list[str]:
+        """Every target measured or missing: ``targets`` first, then any other."""
+        seen = dict.fromkeys(self.targets)
+        for figures in self.rounds:
+            seen.update(dict.fromkeys(figures))
+        seen.update(dict.fromkeys(self.missing))
+        return list(seen)
 
     def rates(self, target: str) -> list[float]:
         return [r[target].rate for r in self.rounds if target in r]
@@ -80,55 +151,40 @@ class Comparison:
             if target in r and r[target].cpu_per_message is not None
         ]
 
-    def ratios(self, other: str) -> list[float]:
-        """ours / other, per round where both ran."""
+    def ratios(self, target: str, other: str) -> list[float]:
+        """target / other, per round where both ran."""
         return [
-            r["ours"].rate / r[other].rate
+            r[target].rate / r[other].rate
             for r in self.rounds
-            if "ours" in r and other in r and r[other].rate > 0
+            if target in r and other in r and r[other].rate > 0
         ]
-
-    @property
-    def goal_label(self) -> str:
-        if self.goal is None:
-            return ""
-        other, value = self.goal
-        if not other:
-            return f"ours >= {value:,.0f} msg/s"
-        return f"ours >= {value:.0%} of {other}" if value < 1 else f"ours >= {value:g}x {other}"
-
-    @property
-    def goal_met(self) -> bool | None:
-        if self.goal is None:
-            return None
-        other, value = self.goal
-        values = self.ratios(other) if other else self.rates("ours")
-        return statistics.median(values) >= value if values else None
 
     def to_json(self) -> dict[str, Any]:
         summary: dict[str, Any] = {}
-        for target in COMPARED:
-            if self.rates(target):
-                summary[target] = {
-                    "rate": spread(self.rates(target)),
-                    "cpu_per_message": spread(self.cpu(target)) if self.cpu(target) else None,
-                }
-        for other in ("floor", "ceiling", "original"):
-            if self.ratios(other):
-                summary[f"ours/{other}"] = spread(self.ratios(other))
+        targets = self.shown()
+        for target in targets:
+            if not self.rates(target):
+                continue
+            ratios = {
+                other: spread(self.ratios(target, other))
+                for other in targets
+                if other != target and self.ratios(target, other)
+            }
+            summary[target] = {
+                "rate": spread(self.rates(target)),
+                "cpu_per_message": spread(self.cpu(target)) if self.cpu(target) else None,
+                "ratio_to": ratios,
+            }
         return {
             "scenario": self.scenario,
             "unit": "msg/s",
+            "targets": targets,
             "rounds": [{t: asdict(s) for t, s in r.items()} for r in self.rounds],
             "summary": summary,
             "missing": self.missing,
-            "goal": self.goal_label,
-            "goal_met": self.goal_met,
+            "goals": [goal.to_json(self) for goal in self.goals],
             "notes": self.notes,
         }
-
-
-COMPARED = ("ours", "floor", "ceiling", "original")
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -225,17 +281,10 @@ def render_markdown(rows: list[Row]) -> str:
 
 
 COMPARISON_HEADINGS = (
-    "scenario",
-    "ours",
-    "floor",
-    "disk ceiling",
-    "original",
-    "ours/original",
-    "ours/floor",
-    "goal",
-    "CPU ms/msg: ours",
-    "floor",
-    "original",
+    "target",
+    "msg/s",
+    *(heading for heading, _ in RATIO_COLUMNS),
+    "CPU ms/msg",
 )
 
 
@@ -260,64 +309,101 @@ def _times(value: float) -> str:
 
 
 def _ms(value: float) -> str:
-    return f"{value * 1000:.3g}"
+    """Seconds as milliseconds."""
+    return _ms_plain(value * 1000)
 
 
-def comparison_cells(comparison: Comparison) -> list[str]:
-    def rate(target: str) -> str:
-        if target in comparison.missing:
-            why = comparison.missing[target]
-            return "not available: " + (why if len(why) <= 48 else why[:45] + "...")
-        return _range(comparison.rates(target), _rate)
+def _ms_plain(value: float) -> str:
+    return f"{value:.3g}"
 
-    met = comparison.goal_met
-    goal = comparison.goal_label
-    if goal and met is not None:
-        goal += ": met" if met else ": MISSED"
-    return [
-        comparison.scenario,
-        rate("ours"),
-        rate("floor"),
-        rate("ceiling"),
-        rate("original"),
-        _range(comparison.ratios("original"), _times),
-        _range(comparison.ratios("floor"), _times),
-        goal,
-        _range(comparison.cpu("ours"), _ms),
-        _range(comparison.cpu("floor"), _ms),
-        _range(comparison.cpu("original"), _ms),
+
+def target_cells(comparison: Comparison, target: str) -> list[str]:
+    """One target's line: msg/s, its ratios to the reference targets, CPU per message."""
+    if target in comparison.missing and not comparison.rates(target):
+        return [target, "not available: " + comparison.missing[target]]
+    ratios = [
+        _range(comparison.ratios(target, other), _times) if other != target else ""
+        for _, other in RATIO_COLUMNS
     ]
+    return [
+        target,
+        _range(comparison.rates(target), _rate),
+        *ratios,
+        _range(comparison.cpu(target), _ms),
+    ]
+
+
+def comparison_notes(comparison: Comparison) -> list[str]:
+    """What goes under a scenario's lines: a target that stopped after some rounds, the
+    notes, requests refused."""
+    stopped = [
+        f"{target} not available after {len(comparison.rates(target))} rounds: {why}"
+        for target, why in comparison.missing.items()
+        if comparison.rates(target)
+    ]
+    refused = [
+        f"{target} refused {count:,} requests with 503 (back-pressure)"
+        for target in comparison.shown()
+        if (count := sum(r[target].refused for r in comparison.rounds if target in r))
+    ]
+    return stopped + comparison.notes + refused
 
 
 def render_comparisons(comparisons: list[Comparison]) -> str:
-    """The comparison table (msg/s, median (min-max) over rounds), then its notes."""
-    table = [COMPARISON_HEADINGS, *(comparison_cells(c) for c in comparisons)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COMPARISON_HEADINGS))]
+    """Per scenario: one line per target (msg/s, ratios within rounds, CPU per message,
+    each the median (min-max) over the rounds), its goals, its notes; then the goals'
+    tally."""
+    sections = [(c, [target_cells(c, target) for target in c.shown()]) for c in comparisons]
+    # A target not available is one line with its reason: it sets no column's width.
+    table = [list(COMPARISON_HEADINGS)]
+    table += [cells for _, lines in sections for cells in lines if len(cells) > 2]
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(COMPARISON_HEADINGS))]
+
+    def row(cells: list[str]) -> str:
+        return "  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip()
+
     out = []
-    for number, line in enumerate(table):
-        out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip())
-        if number == 0:
-            out.append("  ".join("-" * w for w in widths))
-    notes = [
-        f"{c.scenario}: {target} not available: {why}"
-        for c in comparisons
-        for target, why in c.missing.items()
-        if len(why) > 48
-    ]
-    notes += [f"{c.scenario}: {note}" for c in comparisons for note in c.notes]
-    notes += [
-        f"{c.scenario}: {target} refused {refused:,} requests with 503 (back-pressure)"
-        for c in comparisons
-        for target in COMPARED
-        if (refused := sum(r[target].refused for r in c.rounds if target in r))
-    ]
-    return "\n".join(out + (["", *notes] if notes else []))
+    for comparison, lines in sections:
+        out += ["", comparison.scenario, row(list(COMPARISON_HEADINGS))]
+        out += [row(cells) for cells in lines]
+        out += [f"  goal: {goal.verdict(comparison)}" for goal in comparison.goals]
+        out += [f"  - {note}" for note in comparison_notes(comparison)]
+    tally = goal_tally(comparisons)
+    return "\n".join(out[1:] + (["", *tally] if tally else []))
+
+
+def goal_tally(comparisons: list[Comparison]) -> list[str]:
+    """``goals: n met, m MISSED, k not measured``, then each one missed."""
+    verdicts = [(c, goal, goal.met(c)) for c in comparisons for goal in c.goals]
+    if not verdicts:
+        return []
+    met = sum(1 for _, _, ok in verdicts if ok)
+    missed = [(c, goal) for c, goal, ok in verdicts if ok is False]
+    unmeasured = sum(1 for _, _, ok in verdicts if ok is None)
+    out = [f"goals: {met} met, {len(missed)} MISSED, {unmeasured} not measured"]
+    out += [f"  {c.scenario}: {goal.verdict(c)}" for c, goal in missed]
+    return out
 
 
 def render_comparisons_markdown(comparisons: list[Comparison]) -> str:
-    out = [
-        "| " + " | ".join(COMPARISON_HEADINGS) + " |",
-        "|---|" + "---:|" * 6 + "---|" + "---:|" * 3,
-    ]
-    out += ["| " + " | ".join(comparison_cells(c)) + " |" for c in comparisons]
-    return "\n".join(out)
+    """The same for docs/benchmarks.md: a table per scenario, its goals and notes."""
+    out = []
+    for comparison in comparisons:
+        out += [
+            f"**{comparison.scenario}**",
+            "",
+            "| " + " | ".join(COMPARISON_HEADINGS) + " |",
+            "|---|" + "---:|" * (len(COMPARISON_HEADINGS) - 1),
+        ]
+        for target in comparison.shown():
+            cells = target_cells(comparison, target)
+            cells += [""] * (len(COMPARISON_HEADINGS) - len(cells))
+            out.append("| " + " | ".join(cells) + " |")
+        extra = [f"goal: {goal.verdict(comparison)}" for goal in comparison.goals]
+        extra += comparison_notes(comparison)
+        out += ([""] + [f"- {line}" for line in extra] if extra else []) + [""]
+    tally = goal_tally(comparisons)
+    if tally:
+        missed = [f"- {line.strip()}" for line in tally[1:]]
+        out += [tally[0], *([""] if missed else []), *missed]
+    return "\n".join(out).rstrip()

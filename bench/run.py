@@ -165,10 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     results.write_json(json_path)
     print(f"\nJSON written to {json_path}")
     if args.markdown:
-        markdown = render_markdown(results.rows)
+        parts = [render_markdown(results.rows)] if results.rows else []
         if results.comparisons:
-            markdown += "\n\n" + render_comparisons_markdown(results.comparisons)
-        args.markdown.write_text(markdown + "\n")
+            parts.append(render_comparisons_markdown(results.comparisons))
+        args.markdown.write_text("\n\n".join(parts) + "\n")
     if interrupted:
         return 130
     return 1 if any(outcome.status == "failed" for outcome in results.outcomes) else 0
@@ -211,7 +211,8 @@ def _print_summary(results: Results) -> None:
         print(render_table(results.rows))
     if results.comparisons:
         print(
-            f"\nours vs floor vs original, msg/s, median (min-max) over rounds; load: "
+            "\nours against the floors, the disk ceilings and the original: msg/s, ratios "
+            "within rounds, server CPU per message; median (min-max) over rounds; load: "
             f"{results.header['load generator (vs-*)']}"
         )
         for key in ("original (vs-*)", "original configured"):

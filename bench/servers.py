@@ -25,10 +25,18 @@ class Api(Protocol):
     def worker_pids(self) -> list[int]: ...
 
 
-def start_api(data_dir: Path, *, containers: bool, workers: int, threads: int) -> Api:
+def start_api(
+    data_dir: Path,
+    *,
+    containers: bool,
+    workers: int,
+    threads: int,
+    env: dict[str, str] | None = None,
+) -> Api:
+    """``env``: more of the api's settings (``ZOSCII_DURABILITY``...), over the bench's own."""
     if containers:
-        return ContainerApi(data_dir, workers=workers, threads=threads).start()
-    server = ApiServer(data_dir, workers=workers, threads=threads)
+        return ContainerApi(data_dir, workers=workers, threads=threads, env=env).start()
+    server = ApiServer(data_dir, workers=workers, threads=threads, env=env)
     server.start()
     return server
 
@@ -58,11 +66,20 @@ def image_id(image: str = IMAGE) -> str:
 class ContainerApi:
     """The api image with the data directory bind-mounted, published on a loopback port."""
 
-    def __init__(self, data_dir: Path, *, workers: int, threads: int, image: str = IMAGE) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        workers: int,
+        threads: int,
+        image: str = IMAGE,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir, self.image = Path(data_dir), image
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.workers, self.threads = workers, threads
+        self.env = dict(env or {})
         self.container_id = ""
 
     def start(self, timeout: float = 60.0) -> ContainerApi:
@@ -83,6 +100,7 @@ class ContainerApi:
             f"ZOSCII_WORKERS={self.workers}",
             "--env",
             f"ZOSCII_THREADS={self.threads}",
+            *(f"--env={key}={value}" for key, value in self.env.items()),
             self.image,
         ]
         self.container_id = subprocess.run(

@@ -1,4 +1,5 @@
-"""Ours against the floor, the disk ceiling and the original PHP server, in alternating rounds.
+"""Ours against the floors, the disk ceilings and the original PHP server, in alternating
+rounds.
 
 The ratio that matters is not an absolute rate (this VM's disk and neighbours move it
 20-fold) but ours against the others measured back to back: in every round each target
@@ -6,11 +7,15 @@ runs once, in an order that rotates from round to round, and each ratio is taken
 a round. Reported: median and range (min-max) over the rounds, and the server's CPU
 seconds per message (its whole process tree, see ``bench.cpu``).
 
-* **ours**: the api under gunicorn, as in the other scenarios;
-* **floor**: ``bench/floor_app.py`` under the same gunicorn settings: the same requests
-  answered by an app that only reads the body (what no api rewrite can go below);
+* **ours**: the api under gunicorn, as in the other scenarios; where durability plays a
+  part (publishing), twice: ``ours sync`` and ``ours interval`` (``ZOSCII_DURABILITY``);
+* **raw WSGI floor**, **Flask floor**: ``bench/floor_app.py``'s apps under the same
+  gunicorn settings: the same requests answered by an app that only reads the body
+  (what no api rewrite can go below);
 * **disk ceiling**: the same messages written (or read) by the bench itself with the
-  bare system calls, as many threads as clients (``bench.ceilings``);
+  bare system calls, as many threads as clients (``bench.ceilings``): for publishing,
+  the physical bound (a flush of a preallocated log, the files unflushed), and beside it
+  the **POSIX commit** (each file flushed, renamed, its directory flushed);
 * **original**: the PHP implementation under nginx + php-fpm (``bench.original``).
 
 Every scenario checks that nothing was lost, reordered or duplicated; a failed check
@@ -33,14 +38,29 @@ from typing import Any
 import requests
 
 from bench import load
-from bench.ceilings import durable_batch_factory, durable_write_factory, read_in_order_factory
-from bench.contenders import Contenders, api_cpu_roots, contenders
+from bench.ceilings import (
+    durable_batch_factory,
+    durable_write_factory,
+    read_in_order_factory,
+    wal_batch_factory,
+    wal_write_factory,
+)
+from bench.contenders import (
+    BOTH_MODES,
+    FLASK_FLOOR,
+    INTERVAL,
+    OURS,
+    SYNC,
+    Contenders,
+    api_cpu_roots,
+    contenders,
+)
 from bench.context import PAYLOAD_1K, Context
 from bench.cpu import own_cpu_seconds, tree_cpu_seconds
 from bench.fill import message_names, write_messages
 from bench.harness import OperationFactory, run_clients
 from bench.original import OriginalServer, unavailable
-from bench.report import Comparison, Sample
+from bench.report import ORIGINAL, Comparison, Goal, Sample
 from zosciimq.client.publish_batch import FRAMED_BATCH
 from zosciimq.core.layout import DataDir
 
@@ -55,6 +75,20 @@ WALK_DEPTH = 10_000
 FIRST_FETCH = {"action": "fetch", "q": "walk"}
 BATCH_CLIENTS = (1, 4)
 REPLICATION_ROUNDS = 3
+
+CEILING = "disk ceiling"  # publishing: the physical bound (bench.ceilings, wal_*)
+POSIX = "POSIX commit"  # each new file flushed, renamed, its directory flushed
+
+# Issue 24's targets, by (clients, queues) of the publish comparisons.
+SYNC_1 = Goal(SYNC, "ratio", 0.6, ORIGINAL)
+INTERVAL_1 = Goal(INTERVAL, "ratio", 1.0, ORIGINAL)
+EIGHT = [
+    Goal(SYNC, "ratio", 1.0, ORIGINAL),
+    Goal(SYNC, "cpu", 0.45),
+    Goal(INTERVAL, "ratio", 1.1, ORIGINAL),
+]
+PUBLISH_GOALS = {(1, 1): [SYNC_1, INTERVAL_1], (8, 1): EIGHT, (8, 8): EIGHT}
+BATCH_GOALS = {1: 10_000, 4: 18_000}  # framed, msg/s of ours sync
 
 Run = Callable[[int], Sample]  # round number -> that round's figure for one target
 
@@ -108,7 +142,9 @@ def batch_body() -> bytes:
 
 
 def alternate(comparison: Comparison, runs: dict[str, Run], rounds: int) -> None:
-    """Every target once per round, starting one later each round; disk synced between."""
+    """Every target once per round, starting one later each round; disk synced between.
+    The table shows the targets in the order of ``runs``."""
+    comparison.targets = list(runs)
     active = dict(runs)
     for number in range(rounds):
         names = list(active)
@@ -153,11 +189,13 @@ def http_run(
 def ceiling_run(
     factory: Callable[[int], OperationFactory], threads: int, seconds: float, per_op: int = 1
 ) -> Run:
-    """A round of the bare system calls from this process: rate and this process's CPU."""
+    """A round of the bare system calls from this process: rate and this process's CPU
+    (from after ``factory`` set the round up: a log's allocation is not per message)."""
 
     def one(number: int) -> Sample:
+        operations = factory(number)
         before = own_cpu_seconds()
-        timing = run_clients(threads, factory(number), seconds=seconds)
+        timing = run_clients(threads, operations, seconds=seconds)
         messages = timing.operations * per_op
         return Sample(messages / timing.seconds, (own_cpu_seconds() - before) / messages)
 
@@ -223,20 +261,30 @@ def publish(clients: int, queues: int) -> Callable[[Context], dict[str, Any]]:
         rounds, seconds = plan(ctx)
         plural = "s" if clients > 1 else ""
         where = f", {'one queue' if queues == 1 else f'{queues} queues'}" if clients > 1 else ""
-        comparison = Comparison(f"publish 1 KB, {clients} client{plural}{where}")
+        comparison = Comparison(
+            f"publish 1 KB, {clients} client{plural}{where}",
+            goals=PUBLISH_GOALS.get((clients, queues), []),
+        )
         workdir = ctx.fresh_dir(f"vs-publish-{clients}x{queues}")
-        with contenders(ctx, workdir) as c:
+        with contenders(ctx, workdir, ours=BOTH_MODES) as c:
             runs = {
                 target: publish_run(c, target, clients, queues, seconds, workdir)
-                for target in ("ours", "floor", "original")
-                if target != "original" or c.original
+                for target in [*c.ours, *c.floors]
             }
-            runs["ceiling"] = ceiling_run(
-                lambda n: spread_over(workdir / "ceiling" / f"r{n}", queues, PAYLOAD_1K),
+            runs[CEILING] = ceiling_run(
+                lambda n: spread_over(wal_write_factory, workdir / "wal" / f"r{n}", queues),
                 clients,
                 seconds,
             )
-            comparison.missing.update({"original": c.missing} if c.missing else {})
+            runs[POSIX] = ceiling_run(
+                lambda n: spread_over(durable_factory, workdir / "posix" / f"r{n}", queues),
+                clients,
+                seconds,
+            )
+            if c.original:
+                runs[ORIGINAL] = publish_run(c, ORIGINAL, clients, queues, seconds, workdir)
+            else:
+                comparison.missing[ORIGINAL] = c.missing
             alternate(comparison, runs, rounds)
         ctx.results.comparisons.append(comparison)
         ctx.remove(workdir)
@@ -245,28 +293,37 @@ def publish(clients: int, queues: int) -> Callable[[Context], dict[str, Any]]:
     return run
 
 
-def spread_over(root: Path, queues: int, payload: bytes) -> OperationFactory:
-    """Durable writes, thread n into directory n mod ``queues``."""
-    factories = [
-        durable_write_factory(root / f"q{i}", root / "temp", payload) for i in range(queues)
-    ]
+Writes = Callable[[Path, str, bytes], OperationFactory]  # (root, queue, payload)
+
+
+def durable_factory(root: Path, queue: str, payload: bytes) -> OperationFactory:
+    """The POSIX commit of ``payload`` files into ``root/queue``."""
+    return durable_write_factory(root / queue, root / "temp", payload)
+
+
+def spread_over(writes: Writes, root: Path, queues: int) -> OperationFactory:
+    """1 KB messages, thread n into queue n mod ``queues`` (the threads of one queue
+    share its log)."""
+    factories = [writes(root, f"q{i}", PAYLOAD_1K) for i in range(queues)]
     return lambda number: factories[number % queues](number)
 
 
-def endpoint(c: Contenders, target: str) -> tuple[str, str, Callable[[int], list[int]]]:
+def endpoint(c: Contenders, target: str) -> tuple[str, str, Callable[[], list[int]]]:
     """(origin, path of the api, its CPU roots) of one target."""
-    if target == "ours":
-        return c.ours.url.rstrip("/"), "/", lambda: api_cpu_roots(c.ours)
-    if target == "floor":
-        return c.floor.url.rstrip("/"), "/", c.floor.cpu_roots
-    assert c.original is not None
+    if target in c.ours:
+        api = c.ours[target]
+        return api.url.rstrip("/"), "/", lambda: api_cpu_roots(api)
+    if target in c.floors:
+        floor = c.floors[target]
+        return floor.url.rstrip("/"), "/", floor.cpu_roots
+    assert target == ORIGINAL and c.original is not None
     return c.original.base.rstrip("/"), "/index.php", c.original.cpu_roots
 
 
 def queue_dir(c: Contenders, target: str, queue: str) -> Path | None:
-    if target == "ours":
-        return DataDir(c.ours_dir).queue_dir(queue)
-    if target == "original" and c.original is not None:
+    if target in c.ours:
+        return DataDir(c.ours_dirs[target]).queue_dir(queue)
+    if target == ORIGINAL and c.original is not None:
         return c.original.queue_dir(queue)
     return None
 
@@ -277,10 +334,11 @@ def publish_run(
     origin, path, roots = endpoint(c, target)
 
     def names(number: int) -> list[str]:
-        return [f"p{clients}x{queues}-{target}-r{number}-q{i}" for i in range(queues)]
+        who = target.replace(" ", "-")
+        return [f"p{clients}x{queues}-{who}-r{number}-q{i}" for i in range(queues)]
 
     def work(number: int) -> load.Outcome:
-        if c.original is not None and target == "original":
+        if c.original is not None and target == ORIGINAL:
             for queue in names(number):  # its first publishes to a new queue race in mkdir
                 (c.original.queue_dir(queue) / "locks").mkdir(parents=True, exist_ok=True)
         bodies = [load.Request("POST", path, publish_form(q), FORM) for q in names(number)]
@@ -299,42 +357,54 @@ def publish_run(
 
 
 def batch(ctx: Context) -> dict[str, Any]:
-    """Framed batch publish from 1 and 4 clients, against the floor, the disk and the
-    original's single publish; then the multipart batch against the floor alone."""
+    """Framed batch publish from 1 and 4 clients, in both durability modes, against the
+    floors, the disk and the original's single publish; then the multipart batch (sync)
+    against the floors alone."""
     rounds, seconds = plan(ctx)
     workdir = ctx.fresh_dir("vs-batch")
     framed = (framed_batch_body(), FRAMED_BATCH)
     multipart = (batch_body(), f"multipart/form-data; boundary={BOUNDARY}")
     details: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "messages_per_request": BATCH}
-    with contenders(ctx, workdir) as c:
+    payloads = [tag(i) + TAIL for i in range(BATCH)]
+    with contenders(ctx, workdir, ours=BOTH_MODES) as c:
         for clients in BATCH_CLIENTS:
             plural = "s" if clients > 1 else ""
             where = f", {clients} queues" if clients > 1 else ""
             comparison = Comparison(
                 f"batch publish {BATCH} x 1 KB, framed, {clients} client{plural}{where}",
-                goal=("", 10_000),
+                goals=[Goal(SYNC, "rate", BATCH_GOALS[clients])],
             )
             comparison.notes.append(
-                "original: single publish, as many clients and queues (it has no batch)"
+                f"{ORIGINAL}: single publish, as many clients and queues (it has no batch)"
             )
             runs = {
-                "ours": batch_run(c, "ours", clients, seconds, workdir, framed),
-                "floor": batch_run(c, "floor", clients, seconds, workdir, framed),
-                "ceiling": ceiling_run(
-                    lambda n, k=clients: durable_batch_factory(
-                        workdir / "ceiling" / f"c{k}r{n}",
-                        workdir / "ceiling" / "temp",
-                        [tag(i) + TAIL for i in range(BATCH)],
-                    ),
-                    clients,
-                    seconds,
-                    BATCH,
-                ),
+                target: batch_run(c, target, clients, seconds, workdir, framed)
+                for target in [*c.ours, *c.floors]
             }
+            # one queue per client, as ours: thread n writes queue n
+            runs[CEILING] = ceiling_run(
+                lambda n, k=clients: per_thread_queue(
+                    [
+                        wal_batch_factory(workdir / "wal" / f"c{k}r{n}", f"q{i}", payloads)
+                        for i in range(k)
+                    ]
+                ),
+                clients,
+                seconds,
+                BATCH,
+            )
+            runs[POSIX] = ceiling_run(
+                lambda n, k=clients: durable_batch_factory(
+                    workdir / "posix" / f"c{k}r{n}", workdir / "posix" / "temp", payloads
+                ),
+                clients,
+                seconds,
+                BATCH,
+            )
             if c.original:
-                runs["original"] = publish_run(c, "original", clients, clients, seconds, workdir)
+                runs[ORIGINAL] = publish_run(c, ORIGINAL, clients, clients, seconds, workdir)
             else:
-                comparison.missing["original"] = c.missing
+                comparison.missing[ORIGINAL] = c.missing
             alternate(comparison, runs, rounds)
             ctx.results.comparisons.append(comparison)
         for clients in BATCH_CLIENTS:
@@ -346,13 +416,18 @@ def batch(ctx: Context) -> dict[str, Any]:
                 "the multipart/form-data batch, as curl -F or a browser sends it"
             )
             runs = {
-                "ours": batch_run(c, "ours", clients, seconds, workdir, multipart),
-                "floor": batch_run(c, "floor", clients, seconds, workdir, multipart),
+                target: batch_run(c, target, clients, seconds, workdir, multipart)
+                for target in [SYNC, *c.floors]
             }
             alternate(comparison, runs, rounds)
             ctx.results.comparisons.append(comparison)
     ctx.remove(workdir)
     return details
+
+
+def per_thread_queue(factories: list[OperationFactory]) -> OperationFactory:
+    """Thread n's operations from factory n: a queue of its own."""
+    return lambda number: factories[number](number)
 
 
 def batch_run(
@@ -368,7 +443,8 @@ def batch_run(
 
     def queues(number: int) -> list[str]:
         kind = "f" if body[1] == FRAMED_BATCH else "m"  # the formats' runs share round numbers
-        return [f"batch{clients}{kind}-r{number}-q{i}" for i in range(clients)]
+        who = target.replace(" ", "-")
+        return [f"batch{clients}{kind}-{who}-r{number}-q{i}" for i in range(clients)]
 
     def work(number: int) -> load.Outcome:
         requests_ = [
@@ -381,15 +457,15 @@ def batch_run(
             connections=clients,
             seconds=seconds,
             workdir=workdir,
-            batch=BATCH if target == "ours" else 0,
+            batch=BATCH if target in c.ours else 0,
         )
 
     def check(number: int, outcome: load.Outcome) -> None:
-        if target == "ours" and outcome.bad and not outcome.acked:
+        if target in c.ours and outcome.bad and not outcome.acked:
             raise Unavailable(f"server answered {outcome.first_bad[:300]}")
         no_bad_replies(target, outcome)
         directories = [queue_dir(c, target, queue) for queue in queues(number)]
-        if target == "ours":
+        if target in c.ours:
             check_on_disk(target, directories, outcome, BATCH)  # type: ignore[arg-type]
             for directory in directories:
                 check_batches(target, directory, in_order=True)  # type: ignore[arg-type]
@@ -417,11 +493,12 @@ def consume(ctx: Context) -> dict[str, Any]:
     workdir = ctx.fresh_dir("vs-consume")
     names = message_names(WALK_DEPTH)
     comparison = Comparison(
-        f"consume by pointer, queue of {WALK_DEPTH:,} x 1 KB, 1 client", goal=("floor", 0.8)
+        f"consume by pointer, queue of {WALK_DEPTH:,} x 1 KB, 1 client",
+        goals=[Goal(OURS, "ratio", 0.8, FLASK_FLOOR)],
     )
     with contenders(ctx, workdir) as c:
         runs: dict[str, Run] = {}
-        for target in ("ours", "original"):
+        for target in (OURS, ORIGINAL):
             directory = queue_dir(c, target, "walk")
             if directory is None:
                 continue
@@ -430,25 +507,33 @@ def consume(ctx: Context) -> dict[str, Any]:
             with requests.get(origin + path, params=FIRST_FETCH, timeout=600) as first:
                 first.raise_for_status()  # ours builds its index on the first fetch
             runs[target] = walk_run(target, origin, path, roots, names, seconds, workdir)
-        origin, path, roots = endpoint(c, "floor")
-        floor_get = load.Request("GET", f"{path}?action=fetch&q=walk&after={names[0]}")
-
-        def floor_work(number: int) -> load.Outcome:
-            return load.cycle(origin, [floor_get], connections=1, seconds=seconds, workdir=workdir)
-
-        runs["floor"] = http_run(
-            origin, roots, floor_work, lambda _n, outcome: no_bad_replies("floor", outcome)
-        )
-        paths = [DataDir(c.ours_dir).queue_dir("walk") / name for name in names]
-        runs["ceiling"] = ceiling_run(
+        for target in c.floors:
+            runs[target] = floor_get_run(
+                c, target, f"/?action=fetch&q=walk&after={names[0]}", seconds, workdir
+            )
+        paths = [DataDir(c.ours_dirs[OURS]).queue_dir("walk") / name for name in names]
+        runs[CEILING] = ceiling_run(
             lambda _n: read_in_order_factory(paths, repeat=True), 1, seconds
         )
         if c.missing:
-            comparison.missing["original"] = c.missing
+            comparison.missing[ORIGINAL] = c.missing
+        else:  # last, as in the other comparisons
+            runs[ORIGINAL] = runs.pop(ORIGINAL)
         alternate(comparison, runs, rounds)
     ctx.results.comparisons.append(comparison)
     ctx.remove(workdir)
     return {"rounds": rounds, "seconds": seconds, "depth": WALK_DEPTH}
+
+
+def floor_get_run(c: Contenders, target: str, path: str, seconds: float, workdir: Path) -> Run:
+    """One client GETting the same request from a floor."""
+    origin, _path, roots = endpoint(c, target)
+    get = load.Request("GET", path)
+
+    def work(number: int) -> load.Outcome:
+        return load.cycle(origin, [get], connections=1, seconds=seconds, workdir=workdir)
+
+    return http_run(origin, roots, work, lambda _n, outcome: no_bad_replies(target, outcome))
 
 
 def walk_run(
@@ -495,7 +580,9 @@ def replication(ctx: Context) -> dict[str, Any]:
     workdir = ctx.fresh_dir("vs-replication")
     names = message_names(count)
     bodies = [tag(n) + TAIL for n in range(count)]
-    comparison = Comparison(f"replicate {count:,} x 1 KB", goal=("original", 20))
+    comparison = Comparison(
+        f"replicate {count:,} x 1 KB", goals=[Goal(OURS, "ratio", 20, ORIGINAL)]
+    )
     with ExitStack() as stack:
         source = stack.enter_context(ctx.api(workdir / "ours-source"))
         write_messages(
@@ -523,17 +610,16 @@ def replication(ctx: Context) -> dict[str, Any]:
                 raise VerificationError(f"ours: the replica differs ({len(got)} messages)")
             return Sample(count / figures["seconds"], cpu / count)
 
-        runs: dict[str, Run] = {"ours": ours}
-        runs["ceiling"] = ceiling_run(
-            lambda n: durable_write_factory(
-                workdir / "ceiling" / f"r{n}", workdir / "ceiling" / "temp", PAYLOAD_1K
-            ),
-            1,
-            seconds,
+        runs: dict[str, Run] = {OURS: ours}
+        runs[CEILING] = ceiling_run(
+            lambda n: wal_write_factory(workdir / "wal" / f"r{n}", "q0", PAYLOAD_1K), 1, seconds
+        )
+        runs[POSIX] = ceiling_run(
+            lambda n: durable_factory(workdir / "posix" / f"r{n}", "q0", PAYLOAD_1K), 1, seconds
         )
         why = unavailable(needs_curl=True)
         if why:
-            comparison.missing["original"] = why
+            comparison.missing[ORIGINAL] = why
         else:
             originals = []
             for name in ("original-source", "original-target"):
@@ -541,7 +627,7 @@ def replication(ctx: Context) -> dict[str, Any]:
                 stack.callback(originals[-1].stop)
             ctx.results.header["original configured"] = originals[0].configured()
             write_messages(originals[0].queue_dir("bench"), names, bodies.__getitem__)
-            runs["original"] = original_replication(*originals, bodies, comparison)
+            runs[ORIGINAL] = original_replication(*originals, bodies, comparison)
         alternate(comparison, runs, REPLICATION_ROUNDS)
     ctx.results.comparisons.append(comparison)
     ctx.remove(workdir)

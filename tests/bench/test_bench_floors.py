@@ -1,0 +1,38 @@
+"""The floors answer what the api answers to a publish, having read the whole body."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import requests
+from werkzeug.test import Client
+
+from bench.contenders import FLOOR_APPS, FloorServer
+from bench.floor_app import ENVELOPE, app, raw_app
+from bench.report import RAW_FLOOR
+
+BODY = b"action=publish&q=x&msg=" + b"%00%FF" * 512
+
+
+def test_both_apps_answer_the_77_byte_envelope() -> None:
+    assert len(ENVELOPE) == 77
+    for wsgi in (raw_app, app):
+        reply = Client(wsgi).post("/", data=BODY, content_type="application/x-www-form-urlencoded")
+        assert reply.status_code == 200
+        assert reply.data == ENVELOPE
+        assert reply.headers["Content-Type"] == "application/json"
+        assert reply.headers["Content-Length"] == "77"
+
+
+def test_the_raw_floor_reads_the_whole_body(tmp_path: Path) -> None:
+    """Under gunicorn with the api's worker class: a keep-alive connection's next request
+    is parsed where the last body ended, so a body left unread would break it."""
+    floor = FloorServer(tmp_path, workers=1, threads=2, app=FLOOR_APPS[RAW_FLOOR]).start()
+    try:
+        assert floor.settings["worker_class"] == "zoscii_api.worker.ThreadWorker"
+        with requests.Session() as session:
+            for _ in range(3):
+                reply = session.post(floor.url, data=BODY, timeout=10)
+                assert reply.status_code == 200 and reply.content == ENVELOPE
+    finally:
+        floor.stop()
