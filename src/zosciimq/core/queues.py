@@ -294,7 +294,7 @@ class QueueStore:
                 header is not None
                 and index.tail_is_sound(header.committed)
                 and (
-                    (header.matches(dir_stat) and not header.pending)
+                    (dir_stat is not None and header.matches(dir_stat) and not header.pending)
                     or (header.pending and files.lock_is_held())  # a commit in flight
                 )
             ):

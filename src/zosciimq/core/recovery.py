@@ -218,11 +218,11 @@ class QueueRecovery:
             floor = header.last
         files.index.give_back(index)
         self._rebuild(files, floor=floor)
-        index = files.index.borrow(create=True)
-        assert index is not None
-        header = index.header()
+        rebuilt = files.index.borrow(create=True)
+        assert rebuilt is not None
+        header = rebuilt.header()
         assert header is not None
-        return Sound(index, header, wal, wal.header() if wal is not None else None)
+        return Sound(rebuilt, header, wal, wal.header() if wal is not None else None)
 
     def finish_dead_group(
         self, files: QueueFiles, index: idx.IndexFile, header: idx.IndexHeader

@@ -240,7 +240,8 @@ class DataStore:
         return wal.make_room(header, record, grow=True)
 
     def _checkpoint_to(self, position: object) -> None:
-        ino, offset, lsn = position  # type: ignore[misc]
+        assert isinstance(position, tuple)
+        ino, offset, lsn = position
         with self._lock:
             wal = self._wal
             if (
