@@ -275,7 +275,7 @@ class QueueCommitter:
             index.sync()  # another host reads the index from the server
         files.own_commit = (index.ino, header.committed, header.dir_mtime_ns, header.dir_ino)
         position = Position(wal.ino, logged.tail_off, logged.tail_lsn, names[-1])
-        self.checkpointer.note(files.name, position, self._advance_for(files.name))
+        self.checkpointer.note(f"queue {files.name}", position, self._advance_for(files.name))
         if self.relaxed:
             self.flusher.note(files.wal_path)
 

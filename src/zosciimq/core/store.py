@@ -32,7 +32,7 @@ from zosciimq.core.upload import INLINE_BYTES, Upload, sync_uploads
 from zosciimq.core.wal import Entry, LogCorrupt, LogHeader, Record, WriteAheadLog
 
 log = logging.getLogger(__name__)
-STORE_KEY = "store"  # the checkpointer's name for the store's log
+STORE_KEY = "the store"  # the checkpointer's name for its log (no queue has a space)
 
 
 @dataclass(frozen=True)
