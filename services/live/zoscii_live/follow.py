@@ -68,6 +68,17 @@ class Reader:
 
     __slots__ = ()
 
+    @staticmethod
+    def sent(cache: dict[Any, Any], kind: str, messages: int, size: int) -> None:
+        """Counts for the metrics, added up over a round (``Hub._deliver``)."""
+        key = ("sent", kind)
+        total = cache.get(key)
+        if total is None:
+            cache[key] = [messages, size]
+        else:
+            total[0] += messages
+            total[1] += size
+
     def deliver(self, items: list[Item], names: list[str], cache: dict[Any, Any]) -> None:
         raise NotImplementedError
 
@@ -245,6 +256,10 @@ class Hub:
         cache: dict[Any, Any] = {}  # what one reader encoded, the next with the same start uses
         for reader in list(follower.readers):
             reader.deliver(items, names, cache)
+        # Readers add what they were sent to the cache's "sent" entries: counted once here.
+        for key, value in cache.items():
+            if key[0] == "sent":
+                self.metrics.count(follower.queue, value[0], value[1], key[1])
         if not follower.busy:
             follower.idle_since = time.monotonic()
 

@@ -52,6 +52,14 @@ def head(
     return b"".join(lines)
 
 
+def prefix_of(status: int, headers: Mapping[str, str]) -> bytes:
+    """The part of a head that is the same for every reader of an answer: the status
+    line and the headers; ``Connection.respond_prefixed`` adds the request's own."""
+    return status_line(status) + b"".join(
+        f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items()
+    )
+
+
 def envelope(*, error: str = "", message: str = "", result: object = None) -> bytes:
     if result is None and not error:
         return _plain_envelope(message)

@@ -81,7 +81,8 @@ class Subscriber(Reader):
         encoded = cache.get(key)
         if encoded is None:
             encoded = cache[key] = encode(self.kind, items[start:])
-        self.streams.send(self, encoded, names[-1], len(names) - start)
+        if self.streams.send(self, encoded[0], names[-1]):
+            self.sent(cache, self.kind, len(names) - start, encoded[1])
 
     def fail(self, error: Exception) -> None:
         if isinstance(error, QueueNotFound):
@@ -162,9 +163,7 @@ class Streams:
         lines = [f"GET {target} HTTP/1.1"]
         lines += [f"{name}: {value}" for name, value in request.headers.items()]
         protocol.receive_data(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        handshake = next(
-            (e for e in protocol.events_received() if isinstance(e, WsRequest)), None
-        )
+        handshake = next((e for e in protocol.events_received() if isinstance(e, WsRequest)), None)
         if handshake is None:
             conn.close()
             return False
@@ -229,13 +228,11 @@ class Streams:
             subscriber.fail(exc)
 
     # --- while live ---------------------------------------------------------------------
-    def send(
-        self, subscriber: Subscriber, encoded: tuple[bytes, int], last: str, count: int
-    ) -> None:
+    def send(self, subscriber: Subscriber, data: bytes, last: str) -> bool:
+        """Write a round's events to a live stream; False when it is not (any more)."""
         conn = subscriber.conn
         if conn.closed:
-            return
-        data, size = encoded
+            return False
         if conn.pending() + len(data) > self.max_pending:
             self.disconnect(
                 subscriber,
@@ -243,10 +240,10 @@ class Streams:
                 f"More than {self.max_pending} bytes waited to be sent to this reader; "
                 "resume after the last message received.",
             )
-            return
+            return False
         conn.write(data)
         subscriber.position = last
-        self.metrics.count(subscriber.follower.queue, count, size, subscriber.kind)
+        return True
 
     def disconnect(self, subscriber: Subscriber, code: str, reason: str) -> None:
         conn = subscriber.conn

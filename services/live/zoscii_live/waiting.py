@@ -24,7 +24,13 @@ from typing import Any
 from zoscii_live.follow import Follower, Hub, Item, Reader, first_after, read_items
 from zoscii_live.http import Connection
 from zoscii_live.metrics import LiveMetrics
-from zoscii_live.replies import envelope, message_headers, multipart, partial_headers
+from zoscii_live.replies import (
+    envelope,
+    message_headers,
+    multipart,
+    partial_headers,
+    prefix_of,
+)
 from zosciimq.core.groups import ConsumerGroups, Delivery
 from zosciimq.errors import RangeNotSatisfiable, ZosciiError
 
@@ -63,19 +69,23 @@ class PointerWaiter(Reader):
         if start == len(names):
             return
         self.leave()
-        key = ("fetch", start, self.ask)
+        key = (start, self.ask)
         answer = cache.get(key)
         if answer is None:
-            answer = cache[key] = self.fetcher.answer(self.follower.queue, items[start:], self.ask)
+            answer = self.fetcher.answer(self.follower.queue, items[start:], self.ask)
+            if answer is not LARGE:  # the head's common part built once for all
+                status, headers, body, count = answer
+                answer = (prefix_of(status, headers), body, count)
+            cache[key] = answer
         if answer is LARGE:  # over the inline limit: this reader gets it from the disk
             self.fetcher.hub.spawn(
                 self.fetcher.serve(self.follower, self.conn, self.after, self.ask, 0.0)
             )
             return
-        status, headers, body, count = answer
-        self.fetcher.metrics.count(self.follower.queue, count, len(body), "longpoll")
+        prefix, body, count = answer
+        self.sent(cache, "longpoll", count, len(body))
         self.conn.kind = "http"
-        self.conn.respond(status, dict(headers), body)
+        self.conn.respond_prefixed(prefix, body)
 
     def fail(self, error: Exception) -> None:
         self.leave()
