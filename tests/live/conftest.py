@@ -56,6 +56,11 @@ class LiveProcess:
         self._ready = threading.Event()
         self._store: QueueStore | None = None
 
+    def restart(self) -> LiveProcess:
+        """Start again on the same port (after ``kill`` or ``terminate``)."""
+        self.env["ZOSCII_LIVE_PORT"] = str(self.port)
+        return self.start()
+
     def start(self) -> LiveProcess:
         self.lines, self.port = [], 0
         self._ready.clear()

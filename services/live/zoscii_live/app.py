@@ -186,19 +186,33 @@ class LiveApp:
 
     def _stream(self, conn: Connection, request: Request, queue: str) -> None:
         after = clean_pointer(_basename(request.text("after"), "after"))
+        if not request.upgrade:
+            if "text/event-stream" not in request.headers.get("accept", ""):
+                raise InvalidInput(
+                    "A stream is Server-Sent Events (Accept: text/event-stream) or a "
+                    "WebSocket (an Upgrade: websocket request)."
+                )
+            resume = request.headers.get("last-event-id")
+            if resume:  # a browser reconnecting: right after the last event it got
+                after = clean_pointer(_basename(resume, "Last-Event-ID"))
+        self.hub.spawn(self._open_stream(conn, request, queue, after))
+
+    async def _open_stream(
+        self, conn: Connection, request: Request, queue: str, after: str
+    ) -> None:
+        """The queue must exist before a stream starts: a missing one is a 404 (which
+        ends a browser's EventSource), not a stream that ends at once and is retried."""
+        try:
+            await self.hub.warm(self.hub.follower(queue))
+        except Exception as exc:
+            self.fetcher.error(conn, exc)
+            return
+        if conn.closed:
+            return
         if request.upgrade:
             self.streams.start_websocket(conn, request, queue, after)
-            return
-        accept = request.headers.get("accept", "")
-        if "text/event-stream" not in accept and request.text("format") != "sse":
-            raise InvalidInput(
-                "A stream is Server-Sent Events (Accept: text/event-stream) or a WebSocket "
-                "(an Upgrade: websocket request)."
-            )
-        resume = request.headers.get("last-event-id")
-        if resume:  # a browser reconnecting: right after the last event it got
-            after = clean_pointer(_basename(resume, "Last-Event-ID"))
-        self.streams.start_sse(conn, queue, after)
+        else:
+            self.streams.start_sse(conn, queue, after)
 
     def _preflight(self, conn: Connection, request: Request) -> None:
         headers = self.cors.preflight(request.headers) or {}

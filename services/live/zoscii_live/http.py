@@ -136,6 +136,9 @@ class Connection(asyncio.Protocol):
         if self.websocket is not None:
             self.websocket.received(data)
             return
+        if self.request is not None and self.request.upgrade:  # the handshake is pending
+            self.request.extra["rest"] = self.request.extra.get("rest", b"") + data
+            return
         self._cancel_idle()
         try:
             self._parser.feed_data(data)
