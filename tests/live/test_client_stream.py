@@ -78,3 +78,43 @@ def test_a_missing_queue_is_an_error_not_a_wait(live: LiveProcess) -> None:
 
     with pytest.raises(QueueNotFound):
         take(ZosciiClient(live.url), queue_name("missing"), "", 1)
+
+
+def test_zoscii_tail_follows_the_stream_and_keeps_its_pointer(tmp_path: Path) -> None:
+    """``zoscii tail -f --out-dir`` over the live service: files byte for byte, the pointer
+    file at the last one, a large message fetched; SIGTERM stops it at once."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import cli_env
+    from zosciimq.core.states import read_pointer
+
+    data_dir = tmp_path / "data"
+    DataDir(data_dir).ensure()
+    live = LiveProcess(data_dir, ZOSCII_LIVE_MAX_INLINE_BYTES="1024").start()
+    try:
+        queue = queue_name()
+        big = os.urandom(3000)
+        names = live.publish(queue, b"\x00\xffone")
+        out, pointer = tmp_path / "inbox", tmp_path / "p.ptr"
+        tail = subprocess.Popen(
+            [sys.executable, "-m", "zosciimq.cli", "--url", live.url, "tail", queue, "-f",
+             "--out-dir", str(out), "--pointer-file", str(pointer)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(),
+        )  # fmt: skip
+        try:
+            assert tail.stdout is not None
+            assert tail.stdout.readline().decode().strip() == str(out / names[0])
+            names += live.publish(queue, big, b"three")
+            assert tail.stdout.readline().decode().strip() == str(out / names[1])
+            assert tail.stdout.readline().decode().strip() == str(out / names[2])
+            tail.send_signal(signal.SIGTERM)
+            assert tail.wait(timeout=10) == 0
+        finally:
+            tail.kill()
+            tail.wait()
+        assert [(out / n).read_bytes() for n in names] == [b"\x00\xffone", big, b"three"]
+        assert read_pointer(pointer) == names[-1]
+    finally:
+        live.kill()
