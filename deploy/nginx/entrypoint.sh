@@ -54,6 +54,10 @@ for pair in "ZOSCII_PROXY_PORT $port" "ZOSCII_PROXY_STATUS_PORT $status_port" \
   digits $pair
 done
 max_body=$((max_message + 16777216))
+# Open files per worker: the hard limit the container was given, at most 65536.
+nofile=$(ulimit -Hn)
+case "$nofile" in unlimited) nofile=65536 ;; *[!0-9]*|'') nofile=16384 ;; esac
+[ "$nofile" -gt 65536 ] && nofile=65536
 
 real_ip=""
 if [ -n "$real_ip_from" ]; then
@@ -74,6 +78,7 @@ esac
 mkdir -p /tmp/nginx /var/spool/zoscii-proxy/body /var/spool/zoscii-proxy/proxy
 sed -e "s|@UPSTREAM@|$upstream|g" \
     -e "s|@LIVE_UPSTREAM@|$live_upstream|g" \
+    -e "s|@NOFILE@|$nofile|g" \
     -e "s|@PORT@|$port|g" \
     -e "s|@STATUS_PORT@|$status_port|g" \
     -e "s|@MAX_BODY_BYTES@|$max_body|g" \

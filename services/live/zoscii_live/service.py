@@ -23,6 +23,7 @@ from zosciimq.service import EXIT_FAILED, EXIT_OK
 log = logging.getLogger("zoscii_live.service")
 
 BACKLOG = 4096
+SPARE_FILES = 64  # open files besides the connections: the data directory, the watch...
 STOP_GRACE = 2.0  # seconds the last writes get to leave before the connections are cut
 
 
@@ -54,7 +55,7 @@ class Service:
     async def _main(self) -> int:
         settings = self.settings
         limit = raise_open_files(settings.max_connections + 256)
-        if limit < settings.max_connections:
+        if limit < settings.max_connections + SPARE_FILES:
             log.warning(
                 "open-file limit %d is below ZOSCII_LIVE_MAX_CONNECTIONS=%d: raise the "
                 "container's nofile limit",

@@ -59,7 +59,7 @@ class LiveSettings:
     # One port: the protocol endpoint's waiting reads and streams, /healthz and /metrics.
     port: int = env_field("ZOSCII_LIVE_PORT", 8081, minimum=0, maximum=65535)
     # Open connections at most; one more is answered 503 and closed.
-    max_connections: int = env_field("ZOSCII_LIVE_MAX_CONNECTIONS", 20_000, minimum=1)
+    max_connections: int = env_field("ZOSCII_LIVE_MAX_CONNECTIONS", 16_384, minimum=1)
     # How index changes are noticed: inotify, a stat of each followed queue's index every
     # poll interval, or auto (inotify unless the volume is a network file system).
     watch: str = env_field("ZOSCII_LIVE_WATCH", "auto", parse=_watch)
