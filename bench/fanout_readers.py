@@ -121,9 +121,14 @@ class LongPollReader(Reader):
 
     def ask(self) -> None:
         query = urlencode(
-            {"action": "fetch", "q": self.queue, "after": self.pointer, "wait": self.wait,
-             "count": self.count}
-        )  # fmt: skip
+            {
+                "action": "fetch",
+                "q": self.queue,
+                "after": self.pointer,
+                "wait": self.wait,
+                "count": self.count,
+            }
+        )
         assert self.transport is not None
         self.transport.write(f"GET /?{query} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
         self.tally.requests += 1
@@ -179,9 +184,9 @@ class SseReader(Reader):
         query = urlencode({"action": "stream", "q": self.queue, "after": self.pointer})
         assert self.transport is not None
         self.transport.write(
-            f"GET /?{query} HTTP/1.1\r\nHost: {self.host}\r\nAccept: text/event-stream\r\n\r\n"
-            .encode()
-        )  # fmt: skip
+            f"GET /?{query} HTTP/1.1\r\nHost: {self.host}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
         self.tally.requests += 1
         self.head_done = False
 
