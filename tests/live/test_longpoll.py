@@ -173,3 +173,15 @@ def test_other_actions_are_the_apis(live: LiveProcess, action: str) -> None:
     assert "live service" in response.json()["error"]
     posted = requests.post(live.url, data={"action": "fetch", "q": "x"}, timeout=10)
     assert posted.status_code == 405
+
+
+def test_statissa_adds_what_the_live_service_served_to_the_apis(live: LiveProcess) -> None:
+    """The console's fetch rates read this service's counter beside the api's."""
+    from zoscii_statissa.fetch_counts import FetchCounts
+
+    queue = queue_name()
+    (first,) = live.publish(queue, b"one")
+    live.publish(queue, b"two")
+    assert fetch(live, queue, after=first, wait=5).content == b"two"
+    counts = FetchCounts([live.url + "metrics"]).read()
+    assert counts is not None and counts[queue] == 1.0

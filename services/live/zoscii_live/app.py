@@ -119,6 +119,8 @@ class LiveApp:
                 return
             if request.method not in ("GET", "HEAD"):
                 raise WrongMethod(NOT_HERE)
+            if request.method == "HEAD" and request.text("action") == "stream":
+                raise WrongMethod("A stream is a GET.")
             action = request.text("action") or ""
             if action not in ("fetch", "consume", "stream"):
                 action = "invalid"
@@ -231,6 +233,14 @@ class LiveApp:
                 conn.respond(503, {"Content-Type": JSON}, body)
             return
         if request.path == "/metrics":
+            try:  # label values are queue names: with access control on, a right (as the api)
+                client = self.settings.access.authenticate(request.headers.get("authorization"))
+                self.settings.access.authorize(client, "metrics")
+            except ZosciiError as exc:
+                conn.respond(
+                    exc.status, {"Content-Type": JSON, **exc.headers()}, envelope(error=str(exc))
+                )
+                return
             conn.respond(
                 200, {"Content-Type": CONTENT_TYPE_LATEST}, generate_latest(self.metrics.registry)
             )
