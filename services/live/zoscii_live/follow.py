@@ -22,6 +22,13 @@ Why nothing is missed and nothing is delivered twice:
   that read (else it reads again).
 * A reader never receives a name at or below its own pointer: deliveries are filtered
   by name, per reader (``bisect``), so a pointer ahead of the cursor is fine too.
+
+The follower keeps the last messages its rounds read (``Recent``: up to
+``RECENT_MESSAGES`` and ``RECENT_BYTES``). A reader a little behind the cursor, the
+usual case when messages come faster than a reader asks again (a woken long-poll
+asking for the next batch, streams reconnecting after a restart), is answered from
+there, on the event loop, without a read: every visible name between the cache's
+floor and the cursor is in it, in order, as the rounds read them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -52,6 +60,8 @@ ROUND_BYTES = 16 << 20  # message bytes one round holds at most
 FOLLOWER_LINGER = 60.0  # seconds a follower nobody waits on is kept (its cursor stays warm)
 TICK = 1.0  # consumer groups are asked at least this often (leases run out, requeue delays)
 SAFETY_POLL = 1.0  # with inotify, each followed index is still looked at this often
+RECENT_MESSAGES = 4096  # messages a follower keeps for readers a little behind
+RECENT_BYTES = 16 << 20  # and their bytes at most
 
 
 @dataclass(slots=True)
@@ -86,6 +96,43 @@ class Reader:
         raise NotImplementedError
 
 
+class Recent:
+    """The messages the last rounds read, contiguous: every visible name after ``floor``
+    up to the follower's cursor (``floor`` None: nothing is covered)."""
+
+    __slots__ = ("bytes", "floor", "items", "names")
+
+    def __init__(self) -> None:
+        self.floor: str | None = None
+        self.items: deque[Item] = deque()
+        self.names: list[str] = []
+        self.bytes = 0
+
+    def reset(self, cursor: str | None) -> None:
+        self.floor = cursor
+        self.items.clear()
+        self.names = []
+        self.bytes = 0
+
+    def extend(self, items: list[Item]) -> None:
+        """A round's messages (read with their bytes), after the ones kept."""
+        self.items.extend(items)
+        self.bytes += sum(item.size for item in items if item.data is not None)
+        while self.items and (len(self.items) > RECENT_MESSAGES or self.bytes > RECENT_BYTES):
+            dropped = self.items.popleft()
+            self.floor = dropped.name
+            if dropped.data is not None:
+                self.bytes -= dropped.size
+        self.names = [item.name for item in self.items]
+
+    def after(self, pointer: str) -> list[Item] | None:
+        """The messages after ``pointer``, or None when the cache does not cover it."""
+        if self.floor is None or pointer < self.floor:
+            return None
+        start = bisect.bisect_right(self.names, pointer)
+        return list(itertools.islice(self.items, start, None))
+
+
 @dataclass(eq=False)
 class Follower:
     queue: str
@@ -98,6 +145,7 @@ class Follower:
     rounds: int = 0  # rounds that moved the cursor
     token: tuple[int, int, int] | None = None  # the index's change token (polling)
     idle_since: float = field(default_factory=time.monotonic)
+    recent: Recent = field(default_factory=Recent)
 
     @property
     def busy(self) -> bool:
@@ -194,6 +242,7 @@ class Hub:
             return
         if follower.cursor is None:
             follower.cursor, follower.token = last, token
+            follower.recent.reset(last)
         done.set_result(None)
         if follower.again:
             self.look(follower)
@@ -224,6 +273,10 @@ class Hub:
                 if items:
                     follower.cursor = items[-1].name
                     follower.rounds += 1
+                    if wanted:
+                        follower.recent.extend(items)
+                    else:  # names only: nothing to serve from memory
+                        follower.recent.reset(follower.cursor)
                     self._deliver(follower, items)
                 if any(follower.groups.values()) and self.group_server is not None:
                     await self.group_server(follower)

@@ -201,6 +201,14 @@ class Streams:
         try:
             await self.hub.warm(follower)
             while not conn.closed:
+                recent = follower.recent.after(subscriber.position)
+                if recent == [] or (recent is None and subscriber.position == follower.cursor):
+                    self.hub.add(follower, subscriber)  # caught up: no read, no await since
+                    return
+                if recent:  # a little behind: from the follower's memory
+                    self._write(subscriber, recent)
+                    await conn.drain()
+                    continue
                 before = follower.rounds
                 items = await self.hub.run(
                     read_items,
@@ -213,10 +221,7 @@ class Streams:
                 if conn.closed:
                     return
                 if items:
-                    data, size = encode(subscriber.kind, items)
-                    conn.write(data)
-                    subscriber.position = items[-1].name
-                    self.metrics.count(follower.queue, len(items), size, subscriber.kind)
+                    self._write(subscriber, items)
                     await conn.drain()
                 elif follower.rounds == before:
                     self.hub.add(follower, subscriber)
@@ -226,6 +231,12 @@ class Streams:
                 log.error("stream of %s failed: %s", follower.queue, exc)
                 self.metrics.errors.labels("stream").inc()
             subscriber.fail(exc)
+
+    def _write(self, subscriber: Subscriber, items: list[Item]) -> None:
+        data, size = encode(subscriber.kind, items)
+        subscriber.conn.write(data)
+        subscriber.position = items[-1].name
+        self.metrics.count(subscriber.follower.queue, len(items), size, subscriber.kind)
 
     # --- while live ---------------------------------------------------------------------
     def send(self, subscriber: Subscriber, data: bytes, last: str) -> bool:

@@ -124,10 +124,31 @@ class Fetcher:
 
     def start(self, conn: Connection, queue: str, after: str, ask: FetchAsk, wait: float) -> None:
         follower = self.hub.follower(queue)
-        if wait > 0 and follower.cursor is not None and after == follower.cursor:
-            self._park(follower, conn, after, ask, wait)  # the fast path: no read at all
-            return
-        self.hub.spawn(self.serve(follower, conn, after, ask, wait))
+        if not self._from_memory(conn, follower, after, ask, wait):
+            self.hub.spawn(self.serve(follower, conn, after, ask, wait))
+
+    def _from_memory(
+        self, conn: Connection, follower: Follower, after: str, ask: FetchAsk, wait: float
+    ) -> bool:
+        """Parked (at the cursor) or answered (from the follower's recent messages)
+        without a read; False when the disk must be read."""
+        if follower.cursor is None:
+            return False
+        if after == follower.cursor:
+            if wait <= 0:
+                return False
+            self._park(follower, conn, after, ask, wait)
+            return True
+        items = follower.recent.after(after)
+        if not items:
+            return False
+        answer = self.answer(follower.queue, items, ask)
+        if answer is LARGE:
+            return False
+        status, headers, body, count = answer
+        self.metrics.count(follower.queue, count, len(body), "longpoll")
+        conn.respond(status, dict(headers), body)
+        return True
 
     async def serve(
         self, follower: Follower, conn: Connection, after: str, ask: FetchAsk, wait: float
@@ -138,6 +159,8 @@ class Fetcher:
         try:
             await self.hub.warm(follower)
             while not conn.closed:
+                if self._from_memory(conn, follower, after, ask, deadline - loop.time()):
+                    return
                 before = follower.rounds
                 answered = await self._from_disk(conn, follower.queue, after, ask)
                 if answered or conn.closed:
