@@ -65,7 +65,7 @@ class Plan:
     readers: int
     rate: float  # publishes per second
     seconds: float  # publishing, per phase
-    idle_seconds: float
+    idle_seconds: float  # full: longer than a long-poll's wait (its re-polls show)
     rounds: int
 
 
@@ -87,6 +87,8 @@ class Round:
     publish_p99_alone_ms: float | None = None
     publish_p99_with_ms: float | None = None
     connect_seconds: float = 0.0
+    server_cpu_percent: float = 0.0  # live + proxy + api while publishing
+    client_cpu_percent: float = 0.0  # this process (the readers), while publishing
     errors: list[str] = field(default_factory=list)
 
 
@@ -150,6 +152,7 @@ def stack() -> Iterator[dict[str, Any]]:
         ip = next(iter(proxy["NetworkSettings"]["Networks"].values()))["IPAddress"]
         yield {
             "ip": ip,
+            "containers": containers,
             "pids": {name: c["State"]["Pid"] for name, c in info.items()},
             "images": {name: c["Config"]["Image"] for name, c in info.items()},
         }
@@ -194,6 +197,20 @@ def _wait_healthy(containers: dict[str, str], timeout: float = 240) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"not healthy: {states}")
         time.sleep(1)
+
+
+def fresh(target: dict[str, Any]) -> dict[str, int]:
+    """The live service and the proxy restarted (their memory as at start, so a round's
+    RSS growth is its readers'), healthy again; the pids of all three."""
+    containers = target["containers"]
+    subprocess.run(
+        ["docker", "restart", "-t", "5", containers["live"], containers["proxy"]],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    _wait_healthy(containers)
+    return {name: _inspect(cid)["State"]["Pid"] for name, cid in containers.items()}
 
 
 # --- measuring the server -------------------------------------------------------------------
@@ -281,9 +298,7 @@ def first_pointer(ip: str, queue: str) -> str:
 # --- one round -----------------------------------------------------------------------------
 
 
-async def one_round(
-    ip: str, pids: dict[str, int], baseline: dict[str, int], kind: str, plan: Plan, number: int
-) -> Round:
+async def one_round(ip: str, pids: dict[str, int], kind: str, plan: Plan, number: int) -> Round:
     result = Round()
     queue = f"fanout{kind}{int(plan.rate)}r{number}{uuid.uuid4().hex[:6]}"
     start = await asyncio.to_thread(first_pointer, ip, queue)
@@ -294,6 +309,7 @@ async def one_round(
     publisher.latencies = []
 
     tally = Tally(plan.readers)
+    live_before, nginx_before = rss(pids["live"]), rss(pids["proxy"])
     began = time.monotonic()
     readers: list[Reader] = await connect_readers(
         kind, plan.readers, ip, 8080, queue, _last_of(start, publisher), tally
@@ -306,19 +322,21 @@ async def one_round(
     idle = time.monotonic() - t0
     result.idle_cpu_percent = 100 * (cpu_seconds(server) - cpu0) / idle
     result.idle_requests_per_s = (tally.requests - requests0) / idle
-    # against the footprint before any reader ever connected: what earlier rounds left
-    # in the processes' free lists counts too (an upper bound, not an underestimate)
-    result.live_kb_per_reader = (rss(pids["live"]) - baseline["live"]) / plan.readers / 1024
-    result.nginx_kb_per_reader = (rss(pids["proxy"]) - baseline["proxy"]) / plan.readers / 1024
+    # the processes were restarted for this round (``fresh``): the growth is the readers'
+    result.live_kb_per_reader = (rss(pids["live"]) - live_before) / plan.readers / 1024
+    result.nginx_kb_per_reader = (rss(pids["proxy"]) - nginx_before) / plan.readers / 1024
 
     tally.measuring = True
     requests0, t0 = tally.requests, time.monotonic()
+    cpu0, own0 = cpu_seconds(server), time.process_time()
     sent = await asyncio.to_thread(publisher.run, plan.rate, plan.seconds)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and tally.reached_all(sent[-1:]) < min(1, len(sent)):
         await asyncio.sleep(0.1)
     await asyncio.sleep(1.0)
     elapsed = time.monotonic() - t0
+    result.server_cpu_percent = 100 * (cpu_seconds(server) - cpu0) / elapsed
+    result.client_cpu_percent = 100 * (time.process_time() - own0) / elapsed
     tally.measuring = False
     for reader in readers:
         reader.close()
@@ -381,7 +399,7 @@ def plans(quick: bool) -> list[tuple[str, Plan]]:
     return [
         (
             f"{many:,} readers, 1 publish/s",
-            Plan(many, 1.0, 10 if quick else 30, 5 if quick else 10, rounds),
+            Plan(many, 1.0, 10 if quick else 30, 5 if quick else 35, rounds),
         ),
         ("1,000 readers, 100 publishes/s", Plan(1000, 100.0, 5 if quick else 15, 3, rounds)),
     ]
@@ -399,15 +417,13 @@ def run(ctx: Context) -> dict[str, Any]:
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with stack() as target:
         log.info("stack: %s", target["images"])
-        baseline = {name: rss(pid) for name, pid in target["pids"].items()}
         for label, plan in chosen:
             per_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in selected}
             for number in range(plan.rounds):
                 order = selected if number % 2 == 0 else list(reversed(selected))
                 for kind in order:
-                    outcome = asyncio.run(
-                        one_round(target["ip"], target["pids"], baseline, kind, plan, number)
-                    )
+                    pids = fresh(target)
+                    outcome = asyncio.run(one_round(target["ip"], pids, kind, plan, number))
                     log.info("%s, %s, round %d: %s", label, kind, number + 1, outcome)
                     per_kind[kind].append(outcome.__dict__)
             samples[label] = per_kind
@@ -431,6 +447,7 @@ def _report(ctx: Context, samples: dict[str, dict[str, list[dict[str, Any]]]]) -
             published = sum(r["published"] for r in rounds)
             disorder = sum(r["order_errors"] for r in rounds)
             idle_requests = statistics.median(r["idle_requests_per_s"] for r in rounds)
+            client_cpu = statistics.median(r.get("client_cpu_percent", 0.0) for r in rounds)
             nginx_kb = statistics.median(r["nginx_kb_per_reader"] for r in rounds)
             ideal = max(r["ideal_requests_per_s"] for r in rounds)
             requests_note = (
@@ -446,6 +463,13 @@ def _report(ctx: Context, samples: dict[str, dict[str, list[dict[str, Any]]]]) -
                 ),
                 ("delivery p50", [r["delivery_p50_ms"] for r in rounds], "ms", False, ""),
                 ("delivery p99", [r["delivery_p99_ms"] for r in rounds], "ms", False, ""),
+                (
+                    "server CPU publishing",
+                    [r.get("server_cpu_percent") for r in rounds],
+                    "% core",
+                    False,
+                    f"live + proxy + api; the readers' process: {client_cpu:.0f} % of a core",
+                ),
                 (
                     "reader requests",
                     [r["requests_per_s"] for r in rounds],
