@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -211,6 +212,20 @@ def fresh(target: dict[str, Any]) -> dict[str, int]:
     )
     _wait_healthy(containers)
     return {name: _inspect(cid)["State"]["Pid"] for name, cid in containers.items()}
+
+
+def _wait_answering(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} does not answer")
+        time.sleep(0.2)
 
 
 # --- measuring the server -------------------------------------------------------------------

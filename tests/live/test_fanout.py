@@ -15,6 +15,8 @@ from bench.fanout_readers import READERS, Reader, Tally, connect_readers, payloa
 from tests.live.conftest import LiveProcess, queue_name
 from zosciimq.core import DataDir
 
+pytestmark = pytest.mark.slow  # 1,600 connections and a kill -9: `make test`, not the fast tier
+
 READERS_PER_KIND = 200
 MESSAGES = 30
 

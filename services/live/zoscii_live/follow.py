@@ -146,6 +146,14 @@ class Follower:
     token: tuple[int, int, int] | None = None  # the index's change token (polling)
     idle_since: float = field(default_factory=time.monotonic)
     recent: Recent = field(default_factory=Recent)
+    read_until: float = 0.0  # rounds read the bytes until then (readers come back)
+
+    @property
+    def wants_bytes(self) -> bool:
+        """A round reads the messages' bytes while pointer readers or streams follow
+        the queue, and a while after the last one left: a woken long-poll is not
+        registered again until it asks again, and must then find them in ``recent``."""
+        return bool(self.readers) or time.monotonic() < self.read_until
 
     @property
     def busy(self) -> bool:
@@ -266,7 +274,7 @@ class Hub:
             while True:
                 follower.again = False
                 assert follower.cursor is not None
-                wanted = bool(follower.readers)
+                wanted = follower.wants_bytes
                 started = time.perf_counter()
                 items = await self.run(self._read_after, queue, follower.cursor, wanted)
                 self.metrics.round_seconds.observe(time.perf_counter() - started)
@@ -332,6 +340,7 @@ class Hub:
 
     def add(self, follower: Follower, reader: Reader) -> None:
         follower.readers[reader] = None
+        follower.read_until = time.monotonic() + FOLLOWER_LINGER
 
     def remove(self, follower: Follower, reader: Reader) -> None:
         follower.readers.pop(reader, None)
