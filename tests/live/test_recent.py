@@ -12,14 +12,15 @@ def items(*names: str) -> list[Item]:
 
 def test_it_covers_every_name_after_its_floor_and_nothing_before() -> None:
     recent = Recent()
-    assert recent.after("a") is None  # nothing read yet
+    assert recent.after("a", 10) is None  # nothing read yet
     recent.reset("b")  # the cursor when the follower started
-    assert recent.after("a") is None  # before the floor: the disk must say
-    assert recent.after("b") == []  # caught up
+    assert recent.after("a", 10) is None  # before the floor: the disk must say
+    assert recent.after("b", 10) == []  # caught up
     recent.extend(items("c", "d", "e"))
-    assert [i.name for i in recent.after("b") or []] == ["c", "d", "e"]
-    assert [i.name for i in recent.after("cc") or []] == ["d", "e"]  # a deleted pointer
-    assert recent.after("e") == []
+    assert [i.name for i in recent.after("b", 10) or []] == ["c", "d", "e"]
+    assert [i.name for i in recent.after("cc", 10) or []] == ["d", "e"]  # a deleted pointer
+    assert recent.after("e", 10) == []
+    assert [i.name for i in recent.after("b", 2) or []] == ["c", "d"]  # at most the limit
 
 
 def test_the_oldest_go_first_and_the_floor_follows(monkeypatch: object) -> None:
@@ -28,5 +29,5 @@ def test_the_oldest_go_first_and_the_floor_follows(monkeypatch: object) -> None:
     recent.reset("a")
     recent.extend(items("b", "c", "d"))
     assert recent.floor == "b"
-    assert recent.after("a") is None  # b was dropped: "after a" is not all here any more
-    assert [i.name for i in recent.after("b") or []] == ["c", "d"]
+    assert recent.after("a", 10) is None  # b was dropped: "after a" is not all here any more
+    assert [i.name for i in recent.after("b", 10) or []] == ["c", "d"]

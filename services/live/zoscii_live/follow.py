@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import itertools
 import logging
 import os
 import time
@@ -104,33 +103,39 @@ class Recent:
 
     def __init__(self) -> None:
         self.floor: str | None = None
-        self.items: deque[Item] = deque()
+        self.items: list[Item] = []
         self.names: list[str] = []
         self.bytes = 0
 
     def reset(self, cursor: str | None) -> None:
         self.floor = cursor
-        self.items.clear()
+        self.items = []
         self.names = []
         self.bytes = 0
 
     def extend(self, items: list[Item]) -> None:
-        """A round's messages (read with their bytes), after the ones kept."""
+        """A round's messages (read with their bytes), after the ones kept; the oldest
+        go beyond ``RECENT_MESSAGES`` or ``RECENT_BYTES`` (once a round, not a request)."""
         self.items.extend(items)
+        self.names.extend(item.name for item in items)
         self.bytes += sum(item.size for item in items if item.data is not None)
-        while self.items and (len(self.items) > RECENT_MESSAGES or self.bytes > RECENT_BYTES):
-            dropped = self.items.popleft()
-            self.floor = dropped.name
-            if dropped.data is not None:
-                self.bytes -= dropped.size
-        self.names = [item.name for item in self.items]
+        drop, total = 0, len(self.items)
+        while drop < total and (total - drop > RECENT_MESSAGES or self.bytes > RECENT_BYTES):
+            if self.items[drop].data is not None:
+                self.bytes -= self.items[drop].size
+            drop += 1
+        if drop:
+            self.floor = self.names[drop - 1]
+            del self.items[:drop]
+            del self.names[:drop]
 
-    def after(self, pointer: str) -> list[Item] | None:
-        """The messages after ``pointer``, or None when the cache does not cover it."""
+    def after(self, pointer: str, limit: int) -> list[Item] | None:
+        """Up to ``limit`` messages after ``pointer``, or None when the cache does not
+        cover it."""
         if self.floor is None or pointer < self.floor:
             return None
         start = bisect.bisect_right(self.names, pointer)
-        return list(itertools.islice(self.items, start, None))
+        return self.items[start : start + limit]
 
 
 @dataclass(eq=False)
@@ -147,6 +152,10 @@ class Follower:
     idle_since: float = field(default_factory=time.monotonic)
     recent: Recent = field(default_factory=Recent)
     read_until: float = 0.0  # rounds read the bytes until then (readers come back)
+    # answers built from ``recent`` for readers behind the cursor, by (pointer, what
+    # they ask): the readers a round woke ask again after the same names; emptied when
+    # the cursor moves
+    answers: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def wants_bytes(self) -> bool:
@@ -281,6 +290,7 @@ class Hub:
                 if items:
                     follower.cursor = items[-1].name
                     follower.rounds += 1
+                    follower.answers = {}
                     if wanted:
                         follower.recent.extend(items)
                     else:  # names only: nothing to serve from memory

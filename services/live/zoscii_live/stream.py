@@ -201,7 +201,7 @@ class Streams:
         try:
             await self.hub.warm(follower)
             while not conn.closed:
-                recent = follower.recent.after(subscriber.position)
+                recent = follower.recent.after(subscriber.position, CATCH_UP_MESSAGES)
                 if recent == [] or (recent is None and subscriber.position == follower.cursor):
                     self.hub.add(follower, subscriber)  # caught up: no read, no await since
                     return

@@ -37,6 +37,7 @@ from zosciimq.errors import RangeNotSatisfiable, ZosciiError
 log = logging.getLogger("zoscii_live.waiting")
 
 JSON = "application/json"
+MAX_ANSWERS = 1024  # answers a follower keeps for readers behind its cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,15 +140,23 @@ class Fetcher:
                 return False
             self._park(follower, conn, after, ask, wait)
             return True
-        items = follower.recent.after(after)
-        if not items:
-            return False
-        answer = self.answer(follower.queue, items, ask)
-        if answer is LARGE:
-            return False
-        status, headers, body, count = answer
+        key = (after, ask)
+        answer = follower.answers.get(key)
+        if answer is None:
+            items = follower.recent.after(after, ask.count or 1)
+            if not items:
+                return False
+            built = self.answer(follower.queue, items, ask)
+            if built is LARGE:
+                return False
+            status, headers, body, count = built
+            answer = (prefix_of(status, headers), body, count)
+            if len(follower.answers) >= MAX_ANSWERS:
+                follower.answers.clear()
+            follower.answers[key] = answer
+        prefix, body, count = answer
         self.metrics.count(follower.queue, count, len(body), "longpoll")
-        conn.respond(status, dict(headers), body)
+        conn.respond_prefixed(prefix, body)
         return True
 
     async def serve(
