@@ -126,9 +126,9 @@ class LiveApp:
                 action = "invalid"
                 raise InvalidInput(NOT_HERE)
             self._dispatch(conn, request, action)
-            self.metrics.requests.labels(action, "ok").inc()
+            self.metrics.requested(action, "ok")
         except ZosciiError as exc:
-            self.metrics.requests.labels(action, str(exc.status)).inc()
+            self.metrics.requested(action, str(exc.status))
             headers = {"Content-Type": JSON, **exc.headers()}
             conn.respond(exc.status, headers, envelope(error=str(exc)))
 

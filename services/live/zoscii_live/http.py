@@ -469,6 +469,12 @@ def parse_query(raw: bytes) -> dict[str, bytes]:
         if not pair:
             continue
         key, _, value = pair.partition(b"=")
-        name = unquote_to_bytes(key.replace(b"+", b" ")).decode("latin-1")
-        fields[name] = unquote_to_bytes(value.replace(b"+", b" "))
+        fields[_decode(key).decode("latin-1")] = _decode(value)
     return fields
+
+
+def _decode(raw: bytes) -> bytes:
+    """``+`` and ``%XX`` decoded (most values have neither: a message name, a number)."""
+    if b"%" not in raw and b"+" not in raw:
+        return raw
+    return unquote_to_bytes(raw.replace(b"+", b" "))

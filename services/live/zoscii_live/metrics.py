@@ -19,6 +19,7 @@ from prometheus_client import (
 PREFIX = "zoscii_live"
 KINDS = ("http", "longpoll", "consume", "sse", "websocket")
 ACTIONS = ("fetch", "consume", "stream", "none", "invalid")
+MAX_CHILDREN = 10_000  # label sets remembered (queue names are unbounded)
 
 
 class LiveMetrics:
@@ -83,6 +84,22 @@ class LiveMetrics:
         for reason in ("slow_reader", "queue_not_found", "stopping"):
             self.disconnects.labels(reason)
 
+        self._children: dict[tuple[str, ...], Counter] = {}
+
     def count(self, queue: str, messages: int, size: int, kind: str) -> None:
-        self.fetched.labels(queue).inc(messages)
-        self.sent_bytes.labels(kind).inc(size)
+        self._child(self.fetched, queue).inc(messages)
+        self._child(self.sent_bytes, kind).inc(size)
+
+    def requested(self, action: str, status: str) -> None:
+        self._child(self.requests, action, status).inc()
+
+    def _child(self, family: Counter, *labels: str) -> Counter:
+        """``family.labels(*labels)``, looked up once (it takes a lock and builds a
+        tuple each time: per request, that shows)."""
+        key = (id(family), *labels)
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) > MAX_CHILDREN:
+                self._children.clear()
+            child = self._children[key] = family.labels(*labels)
+        return child
