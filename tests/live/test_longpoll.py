@@ -185,3 +185,26 @@ def test_statissa_adds_what_the_live_service_served_to_the_apis(live: LiveProces
     assert fetch(live, queue, after=first, wait=5).content == b"two"
     counts = FetchCounts([live.url + "metrics"]).read()
     assert counts is not None and counts[queue] == 1.0
+
+
+def test_past_the_connection_limit_a_connection_is_told_and_closed(
+    tmp_path: os.PathLike[str],
+) -> None:
+    import socket
+
+    DataDir(tmp_path).ensure()
+    live = LiveProcess(tmp_path, ZOSCII_LIVE_MAX_CONNECTIONS="2").start()
+    held = [socket.create_connection(("127.0.0.1", live.port)) for _ in range(2)]
+    try:
+        time.sleep(0.5)  # both accepted (asking /healthz would be a third connection)
+        extra = socket.create_connection(("127.0.0.1", live.port), timeout=10)
+        answer = b""
+        while chunk := extra.recv(4096):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503") and b"Too many connections" in answer
+        for sock in held:
+            sock.close()
+        live.wait_for("connections", 1)  # the health check's own
+        assert live.metric("zoscii_live_refused_connections_total") == 1
+    finally:
+        live.kill()

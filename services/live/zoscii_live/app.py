@@ -79,6 +79,7 @@ class LiveApp:
             settings.max_connections,
             header_timeout=settings.header_timeout_seconds,
             idle_timeout=settings.idle_timeout_seconds,
+            on_refused=metrics.refused.inc,
         )
         self.hub = Hub(settings, self.queues, metrics)
         self.fetcher = Fetcher(self.hub, metrics, settings.max_batch_bytes)
@@ -99,9 +100,6 @@ class LiveApp:
     def connection(self) -> Connection:
         """A new connection's protocol (``loop.create_server``'s factory)."""
         return Connection(self.limits, self)
-
-    def closed(self, conn: Connection) -> None:
-        pass
 
     # --- requests ---------------------------------------------------------------------------
     def handle(self, conn: Connection, request: Request) -> None:

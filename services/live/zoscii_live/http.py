@@ -61,8 +61,6 @@ class Request:
 class Handler(Protocol):
     def handle(self, conn: Connection, request: Request) -> None: ...
 
-    def closed(self, conn: Connection) -> None: ...
-
 
 class Connection(asyncio.Protocol):
     """One client connection. ``busy``: a request is being answered (or a stream runs)."""
@@ -166,7 +164,6 @@ class Connection(asyncio.Protocol):
         if callback is not None:
             callback()
         self.server.release(self)
-        self.app.closed(self)
 
     def pause_writing(self) -> None:  # the transport's buffer is over its high mark
         self._paused = True
@@ -294,7 +291,8 @@ class Connection(asyncio.Protocol):
         request, transport = self.request, self.transport
         if request is None or transport is None or self.closed:
             return
-        keep_alive = request.keep_alive and not close
+        # after an upgrade the parser reads no more requests: an answer ends the connection
+        keep_alive = request.keep_alive and not close and not request.upgrade
         headers["X-Request-ID"] = request.request_id
         headers.update(request.extra.get("cors", ()))
         data = head(status, headers, length=len(body), keep_alive=keep_alive)
@@ -442,16 +440,22 @@ class _TooLarge(Exception):
 class ConnectionLimits:
     """Open connections and the timeouts every connection applies."""
 
-    def __init__(self, max_connections: int, header_timeout: float, idle_timeout: float) -> None:
+    def __init__(
+        self,
+        max_connections: int,
+        header_timeout: float,
+        idle_timeout: float,
+        on_refused: Callable[[], None] = lambda: None,
+    ) -> None:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
+        self.on_refused = on_refused
         self.open: set[Connection] = set()
-        self.refused = 0
 
     def admit(self, conn: Connection) -> bool:
         if len(self.open) >= self.max_connections:
-            self.refused += 1
+            self.on_refused()
             return False
         self.open.add(conn)
         return True
