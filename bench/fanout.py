@@ -89,6 +89,10 @@ class Round:
     publish_p99_with_ms: float | None = None
     connect_seconds: float = 0.0
     server_cpu_percent: float = 0.0  # live + proxy + api while publishing
+    fanout_ms: float | None = (
+        None  # the live service's time to answer/write every reader, per round
+    )
+    fanout_rounds: int = 0
     client_cpu_percent: float = 0.0  # this process (the readers), while publishing
     errors: list[str] = field(default_factory=list)
 
@@ -200,9 +204,10 @@ def _wait_healthy(containers: dict[str, str], timeout: float = 240) -> None:
         time.sleep(1)
 
 
-def fresh(target: dict[str, Any]) -> dict[str, int]:
+def fresh(target: dict[str, Any]) -> dict[str, Any]:
     """The live service and the proxy restarted (their memory as at start, so a round's
-    RSS growth is its readers'), healthy again; the pids of all three."""
+    RSS growth is its readers'), healthy again; the pids of all three, and the live
+    service's /metrics URL."""
     containers = target["containers"]
     subprocess.run(
         ["docker", "restart", "-t", "5", containers["live"], containers["proxy"]],
@@ -210,8 +215,28 @@ def fresh(target: dict[str, Any]) -> dict[str, int]:
         capture_output=True,
         timeout=120,
     )
-    _wait_healthy(containers)
-    return {name: _inspect(cid)["State"]["Pid"] for name, cid in containers.items()}
+    # answering again (Docker's health status would wait for its next probe, 15 s)
+    urls = {}
+    for name, port in (("live", 8081), ("proxy", 8080)):
+        info = _inspect(containers[name])
+        ip = next(iter(info["NetworkSettings"]["Networks"].values()))["IPAddress"]
+        urls[name] = f"http://{ip}:{port}/"
+        _wait_answering(urls[name] + "healthz")
+    pids: dict[str, Any] = {name: _inspect(cid)["State"]["Pid"] for name, cid in containers.items()}
+    pids["live_metrics"] = urls["live"] + "metrics"
+    return pids
+
+
+def delivered(metrics_url: str) -> tuple[float, float]:
+    """The live service's rounds so far and the seconds their fan-outs took."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    values = {"count": 0.0, "sum": 0.0}
+    for line in text.splitlines():
+        for key in values:
+            if line.startswith(f"zoscii_live_deliver_seconds_{key} "):
+                values[key] = float(line.rsplit(" ", 1)[1])
+    return values["count"], values["sum"]
 
 
 def _wait_answering(url: str, timeout: float = 60) -> None:
@@ -313,7 +338,7 @@ def first_pointer(ip: str, queue: str) -> str:
 # --- one round -----------------------------------------------------------------------------
 
 
-async def one_round(ip: str, pids: dict[str, int], kind: str, plan: Plan, number: int) -> Round:
+async def one_round(ip: str, pids: dict[str, Any], kind: str, plan: Plan, number: int) -> Round:
     result = Round()
     queue = f"fanout{kind}{int(plan.rate)}r{number}{uuid.uuid4().hex[:6]}"
     start = await asyncio.to_thread(first_pointer, ip, queue)
@@ -344,6 +369,7 @@ async def one_round(ip: str, pids: dict[str, int], kind: str, plan: Plan, number
     tally.measuring = True
     requests0, t0 = tally.requests, time.monotonic()
     cpu0, own0 = cpu_seconds(server), time.process_time()
+    rounds0, spent0 = delivered(pids["live_metrics"])
     sent = await asyncio.to_thread(publisher.run, plan.rate, plan.seconds)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and tally.reached_all(sent[-1:]) < min(1, len(sent)):
@@ -352,6 +378,10 @@ async def one_round(ip: str, pids: dict[str, int], kind: str, plan: Plan, number
     elapsed = time.monotonic() - t0
     result.server_cpu_percent = 100 * (cpu_seconds(server) - cpu0) / elapsed
     result.client_cpu_percent = 100 * (time.process_time() - own0) / elapsed
+    rounds1, spent1 = delivered(pids["live_metrics"])
+    result.fanout_rounds = int(rounds1 - rounds0)
+    if result.fanout_rounds:
+        result.fanout_ms = 1000 * (spent1 - spent0) / result.fanout_rounds
     tally.measuring = False
     for reader in readers:
         reader.close()
@@ -463,6 +493,7 @@ def _report(ctx: Context, samples: dict[str, dict[str, list[dict[str, Any]]]]) -
             disorder = sum(r["order_errors"] for r in rounds)
             idle_requests = statistics.median(r["idle_requests_per_s"] for r in rounds)
             client_cpu = statistics.median(r.get("client_cpu_percent", 0.0) for r in rounds)
+            fanout_rounds = statistics.median(r.get("fanout_rounds", 0) for r in rounds)
             nginx_kb = statistics.median(r["nginx_kb_per_reader"] for r in rounds)
             ideal = max(r["ideal_requests_per_s"] for r in rounds)
             requests_note = (
@@ -478,6 +509,14 @@ def _report(ctx: Context, samples: dict[str, dict[str, list[dict[str, Any]]]]) -
                 ),
                 ("delivery p50", [r["delivery_p50_ms"] for r in rounds], "ms", False, ""),
                 ("delivery p99", [r["delivery_p99_ms"] for r in rounds], "ms", False, ""),
+                (
+                    "live fan-out per round",
+                    [r.get("fanout_ms") for r in rounds],
+                    "ms",
+                    False,
+                    "the live service answering or writing to every reader of one round "
+                    f"(median {fanout_rounds:.0f} rounds per measure)",
+                ),
                 (
                     "server CPU publishing",
                     [r.get("server_cpu_percent") for r in rounds],

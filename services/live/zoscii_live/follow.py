@@ -325,8 +325,10 @@ class Hub:
     def _deliver(self, follower: Follower, items: list[Item]) -> None:
         names = [item.name for item in items]
         cache: dict[Any, Any] = {}  # what one reader encoded, the next with the same start uses
+        started = time.perf_counter()
         for reader in list(follower.readers):
             reader.deliver(items, names, cache)
+        self.metrics.deliver_seconds.observe(time.perf_counter() - started)
         # Readers add what they were sent to the cache's "sent" entries: counted once here.
         for key, value in cache.items():
             if key[0] == "sent":

@@ -63,6 +63,13 @@ class LiveMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        self.deliver_seconds = Histogram(
+            f"{PREFIX}_deliver_seconds",
+            "Time one round takes to answer or write to every reader of its queue (on the "
+            "event loop: the fan-out's own cost).",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
         self.disconnects = Counter(
             f"{PREFIX}_disconnects",
             "Streams this service ended, by reason: slow_reader (past "
