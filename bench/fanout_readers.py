@@ -59,16 +59,23 @@ class Tally:
     def received(self, reader: Reader, name: bytes, data: bytes, now: float) -> None:
         if reader.last is not None and name <= reader.last:
             self.order_errors += 1
+            self._note(f"{name.decode()} after {reader.last.decode()} (seq {data[:12]!r})")
             return
         reader.last = name
         sequence, sent = parse_payload(data)
         if reader.sequence is not None and sequence != reader.sequence + 1:
             self.gaps += 1
+            self._note(f"seq {sequence} after {reader.sequence} ({name.decode()})")
         reader.sequence = sequence
         reader.received += 1
         if self.measuring:
             self.latencies.append(now - sent)
             self.per_sequence[sequence] = self.per_sequence.get(sequence, 0) + 1
+
+    def _note(self, what: str) -> None:
+        """The first anomalies, as they were seen (for the report's errors)."""
+        if len(self.errors) < 10:
+            self.errors.append(what)
 
     def reached_all(self, sequences: list[int]) -> int:
         return sum(self.per_sequence.get(s, 0) >= self.readers for s in sequences)
