@@ -14,7 +14,7 @@
 #
 # Variables (command line or environment):
 #   PROJECT=zoscii           compose project name (containers zoscii_api_1, volume zoscii_zoscii_data)
-#   IMAGE_TAG=dev            tag of zoscii/{proxy,api,replikate,claireup,statissa}
+#   IMAGE_TAG=dev            tag of zoscii/{proxy,api,live,replikate,claireup,statissa}
 #   COMPOSE_FILES=-f docker-compose.yml     variants are overrides added after it, e.g.
 #                            '-f docker-compose.yml -f deploy/compose.bind.yml' (data in a host
 #                            directory), and/or '-f deploy/compose.replikate.yml' (a jobs file)
@@ -93,7 +93,7 @@ PYTEST = TESTCONTAINERS_RYUK_DISABLED=true PYTHONDONTWRITEBYTECODE= \
 # The tools and every service's dependencies (pinned), then zosciimq and the four
 # services as editable packages: tests and benchmarks import them as installed, no
 # sys.path or PYTHONPATH (services/<svc>/pyproject.toml, README "Installing").
-SERVICES := api replikate claireup statissa phpmq zmq
+SERVICES := api replikate claireup statissa phpmq zmq live
 $(VENV)/.installed: requirements-dev.txt pyproject.toml $(SERVICES:%=services/%/pyproject.toml)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt

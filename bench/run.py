@@ -27,6 +27,7 @@ from bench import (
     consume,
     depth,
     external,
+    fanout,
     floor,
     large,
     load,
@@ -74,6 +75,9 @@ SCENARIOS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "slow-clients": slow_clients.run,
     # work queues: consume+ack from 8 consumers beside a pointer fetch, alternating rounds
     "work": work_bench.run,
+    # 1,000 / 10,000 readers of one queue through the compose proxy: long-poll, SSE,
+    # WebSocket, at 1 and 100 publishes/s (needs the images: proxy, api, live)
+    "fanout": fanout.run,
     # statissa at 100k/1M files (ZOSCII_BENCH_SCALE_FILES): local[*], a two-worker
     # cluster, scandir and find, alternating rounds; not in --quick (minutes of generation)
     "statissa-scale": spark_scale.run,

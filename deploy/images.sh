@@ -7,7 +7,7 @@
 #   2. the base: python:3.11-slim-bookworm if it is here or can be pulled within 20 s,
 #      else the local zoscii/base(-java):bookworm built from Debian packages
 #      (deploy/base/build-base.sh; built once, then reused)
-#   3. zoscii/{api,replikate,claireup,statissa,phpmq,zmq}:$IMAGE_TAG, all from deploy/Dockerfile
+#   3. zoscii/{api,replikate,claireup,statissa,phpmq,zmq,live}:$IMAGE_TAG, all from deploy/Dockerfile
 #      (--build-arg SERVICE=<svc>), statissa on the Java base
 #   4. zoscii/proxy:$IMAGE_TAG (nginx in front of the api) from deploy/nginx/Dockerfile, on
 #      the same base as the services (its context: deploy/nginx/)
@@ -31,7 +31,7 @@ BASE=${BASE:-auto}
 PUBLIC_BASE=${PUBLIC_BASE:-python:3.11-slim-bookworm}
 LOCAL_BASE=zoscii/base:bookworm
 LOCAL_JAVA_BASE=zoscii/base-java:bookworm
-read -r -a SERVICES <<<"${SERVICES:-api replikate claireup statissa phpmq zmq proxy}"
+read -r -a SERVICES <<<"${SERVICES:-api replikate claireup statissa phpmq zmq live proxy}"
 PULL_MEMO="$ROOT/build/.public-base-unreachable"
 
 log() { printf '[images] %s\n' "$*" >&2; }

@@ -22,7 +22,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT="$ROOT/build/wheels"
 POOL="$ROOT/build/wheel-cache"
-SERVICES=(api replikate claireup statissa phpmq zmq)
+SERVICES=(api replikate claireup statissa phpmq zmq live)
 BUILD_REQUIREMENTS="$ROOT/deploy/build-requirements.txt"
 PYTHON=${PYTHON:-python3}
 PYVER=${WHEEL_PYTHON_VERSION:-3.11}

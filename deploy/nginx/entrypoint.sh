@@ -7,6 +7,9 @@
 #
 # Settings (all optional):
 #   ZOSCII_PROXY_UPSTREAM      host:port of the api                      (api:8080)
+#   ZOSCII_PROXY_LIVE_UPSTREAM host:port of the live service, which takes waiting
+#                              fetches and consumes and streams; none: the api takes
+#                              them (it answers wait= itself)           (none)
 #   ZOSCII_PROXY_PORT          port the proxy listens on                 (8080)
 #   ZOSCII_PROXY_STATUS_PORT   127.0.0.1 port of /healthz and /status    (9180)
 #   ZOSCII_MAX_MESSAGE_BYTES   the api's largest message; nginx accepts bodies up to
@@ -25,6 +28,8 @@ digits() {  # name value
 }
 
 upstream=${ZOSCII_PROXY_UPSTREAM:-api:8080}
+live_upstream=${ZOSCII_PROXY_LIVE_UPSTREAM:-none}
+[ "$live_upstream" = none ] && live_upstream=$upstream
 port=${ZOSCII_PROXY_PORT:-8080}
 status_port=${ZOSCII_PROXY_STATUS_PORT:-9180}
 max_message=${ZOSCII_MAX_MESSAGE_BYTES:-1073741824}
@@ -33,11 +38,15 @@ body_timeout=${ZOSCII_PROXY_BODY_TIMEOUT_SECONDS:-30}
 real_ip_from=${ZOSCII_PROXY_REAL_IP_FROM:-}
 access_log=${ZOSCII_PROXY_ACCESS_LOG:-on}
 
-case "$upstream" in
-  *[!A-Za-z0-9.:_\[\]-]*|'') die "ZOSCII_PROXY_UPSTREAM must be host:port, not '$upstream'" ;;
-  *:*) ;;
-  *) die "ZOSCII_PROXY_UPSTREAM must be host:port, not '$upstream'" ;;
-esac
+host_port() {  # name value
+  case "$2" in
+    *[!A-Za-z0-9.:_\[\]-]*|'') die "$1 must be host:port, not '$2'" ;;
+    *:*) ;;
+    *) die "$1 must be host:port, not '$2'" ;;
+  esac
+}
+host_port ZOSCII_PROXY_UPSTREAM "$upstream"
+host_port ZOSCII_PROXY_LIVE_UPSTREAM "$live_upstream"
 for pair in "ZOSCII_PROXY_PORT $port" "ZOSCII_PROXY_STATUS_PORT $status_port" \
             "ZOSCII_MAX_MESSAGE_BYTES $max_message" \
             "ZOSCII_PROXY_HEADER_TIMEOUT_SECONDS $header_timeout" \
@@ -45,6 +54,10 @@ for pair in "ZOSCII_PROXY_PORT $port" "ZOSCII_PROXY_STATUS_PORT $status_port" \
   digits $pair
 done
 max_body=$((max_message + 16777216))
+# Open files per worker: the hard limit the container was given, at most 65536.
+nofile=$(ulimit -Hn)
+case "$nofile" in unlimited) nofile=65536 ;; *[!0-9]*|'') nofile=16384 ;; esac
+[ "$nofile" -gt 65536 ] && nofile=65536
 
 real_ip=""
 if [ -n "$real_ip_from" ]; then
@@ -64,6 +77,8 @@ esac
 
 mkdir -p /tmp/nginx /var/spool/zoscii-proxy/body /var/spool/zoscii-proxy/proxy
 sed -e "s|@UPSTREAM@|$upstream|g" \
+    -e "s|@LIVE_UPSTREAM@|$live_upstream|g" \
+    -e "s|@NOFILE@|$nofile|g" \
     -e "s|@PORT@|$port|g" \
     -e "s|@STATUS_PORT@|$status_port|g" \
     -e "s|@MAX_BODY_BYTES@|$max_body|g" \

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-SERVICES = {"proxy", "api", "replikate", "claireup", "statissa"}
+SERVICES = {"proxy", "api", "live", "replikate", "claireup", "statissa"}
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 UP_TIMEOUT = 240  # seconds to healthy; the shipped probe interval is 15 s

@@ -27,13 +27,13 @@ from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT, load_services
 pytestmark = [pytest.mark.timeout(300)]
 
 VARIANTS = sorted((REPO_ROOT / "deploy").glob("compose.*.yml"))
-SERVICES = ("api", "replikate", "claireup", "statissa")  # the ones with the data volume
+SERVICES = ("api", "live", "replikate", "claireup", "statissa")  # the ones with the data volume
 PROXY = "proxy"
 ALL_SERVICES = (PROXY, *SERVICES)
 NGINX_DIR = REPO_ROOT / "deploy" / "nginx"
 # Set only in the cloud templates, where every container of a task shares one network
 # namespace: the api moves off the proxy's port (compose gives each its own address).
-CLOUD_ONLY = {"api": {"ZOSCII_BIND"}}
+CLOUD_ONLY = {"api": {"ZOSCII_BIND"}, "live": {"ZOSCII_LIVE_HOST", "ZOSCII_LIVE_PORT"}}
 AWS_TASK = REPO_ROOT / "deploy" / "aws" / "fargate-task-definition.json"
 GCP_SERVICE = REPO_ROOT / "deploy" / "gcp" / "cloud-run-service.yaml"
 
@@ -370,7 +370,7 @@ def test_the_nginx_configuration_buffers_and_keeps_secrets_out_of_its_log() -> N
 def test_the_cloud_templates_put_the_proxy_in_front() -> None:
     task = json.loads(AWS_TASK.read_text(encoding="utf-8"))
     aws = {c["name"]: c for c in task["containerDefinitions"]}
-    assert {n for n, c in aws.items() if c.get("essential")} == {PROXY, "api"}
+    assert {n for n, c in aws.items() if c.get("essential")} == {PROXY, "api", "live"}
     assert [p["containerPort"] for p in aws[PROXY]["portMappings"]] == [8080]
     assert not aws["api"].get("portMappings")  # reached through the proxy only
     aws_env = {e["name"]: e["value"] for e in aws["api"]["environment"]}
@@ -378,6 +378,10 @@ def test_the_cloud_templates_put_the_proxy_in_front() -> None:
     assert aws_env["ZOSCII_BIND"].startswith("127.0.0.1:"), aws_env["ZOSCII_BIND"]
     assert proxy_env["ZOSCII_PROXY_UPSTREAM"] == aws_env["ZOSCII_BIND"]
     assert {"containerName": "api", "condition": "HEALTHY"} in aws[PROXY]["dependsOn"]
+    # waiting reads and streams: to the live service, on the port it listens on
+    live_env = {e["name"]: e["value"] for e in aws["live"]["environment"]}
+    assert proxy_env["ZOSCII_PROXY_LIVE_UPSTREAM"] == f"127.0.0.1:{live_env['ZOSCII_LIVE_PORT']}"
+    assert {"containerName": "live", "condition": "HEALTHY"} in aws[PROXY]["dependsOn"]
     for container in aws.values():
         assert container["readonlyRootFilesystem"] is True, container["name"]
         assert container["linuxParameters"]["capabilities"]["drop"] == ["ALL"]
@@ -398,7 +402,9 @@ def test_the_cloud_templates_put_the_proxy_in_front() -> None:
     run_proxy = {e["name"]: e["value"] for e in run[PROXY]["env"]}
     assert run_proxy["ZOSCII_PROXY_UPSTREAM"].endswith(run_api["ZOSCII_BIND"].split(":")[-1])
     assert run_proxy["ZOSCII_MAX_MESSAGE_BYTES"] == run_api["ZOSCII_MAX_MESSAGE_BYTES"]
+    run_live = {e["name"]: e["value"] for e in run["live"]["env"]}
+    assert run_proxy["ZOSCII_PROXY_LIVE_UPSTREAM"] == f"127.0.0.1:{run_live['ZOSCII_LIVE_PORT']}"
     dependencies = json.loads(
         template["metadata"]["annotations"]["run.googleapis.com/container-dependencies"]
     )
-    assert dependencies[PROXY] == ["api"]
+    assert dependencies[PROXY] == ["api", "live"]

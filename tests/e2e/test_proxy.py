@@ -73,7 +73,7 @@ def proxied(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
         run_compose(base, "up", "-d", "--no-build", "proxy", timeout=300)
         containers = e2e.client.containers.list(all=True, filters=selector)
         by_service = {c.labels[SERVICE_LABEL]: c for c in containers}
-        assert set(by_service) == {"proxy", "api"}, sorted(by_service)
+        assert set(by_service) == {"proxy", "api", "live"}, sorted(by_service)
         wait_healthy(containers, timeout=240)
         url = f"http://{published_host(by_service['proxy'])}:{api_port}"
         yield {"url": url, "proxy": by_service["proxy"], "api": by_service["api"]}

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from zoscii_live.settings import LiveSettings
 from zoscii_phpmq.settings import Settings as PhpmqSettings
 
 from zoscii_api.settings import ApiSettings
@@ -30,6 +31,7 @@ SERVICES = {
     "phpmq": PhpmqSettings,
     "replikate": ReplikateSettings,
     "statissa": StatissaSettings,
+    "live": LiveSettings,
 }
 # Read by zosciimq.service (access control, queue policy, logging) rather than a field.
 SHARED = (

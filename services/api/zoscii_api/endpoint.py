@@ -35,6 +35,7 @@ from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
 from zoscii_api.waiting import WAITED
 from zosciimq.core import DataDir, Upload
 from zosciimq.core.groups import clean_group
+from zosciimq.cors import Cors
 from zosciimq.errors import (
     InvalidInput,
     ReadOnly,
@@ -96,6 +97,7 @@ class Endpoint:
         self.metrics = metrics
         self.watchdog = Watchdog(name="body-deadlines")
         self.new_upload = functools.partial(Upload, data_dir, settings.max_message_bytes)
+        self.cors = Cors(settings.cors_origins)
 
     def mount(self, other: WsgiApp) -> WsgiApp:
         """A WSGI app that serves the endpoint's paths here and everything else by ``other``."""
@@ -112,12 +114,17 @@ class Endpoint:
         request_id = _request_id(environ.get("HTTP_X_REQUEST_ID", ""))
         environ["zoscii.request_id"] = request_id
         request = Request(environ)
-        if request.method not in METHODS:
+        if request.method == "OPTIONS" and self.cors.enabled:  # a browser's CORS preflight
+            response = Reply(b"", 204, "text/plain", {"Allow": "GET, HEAD, POST, OPTIONS"})
+            response.headers.update(self.cors.preflight(_lower_headers(environ)) or {})
+        elif request.method not in METHODS:
             response = envelope(error="Method not allowed: use GET or POST.", status=405)
             response.headers["Allow"] = "GET, HEAD, POST"
         else:
             response = self._answer(request)
         response.headers["X-Request-ID"] = request_id
+        if self.cors.enabled:
+            response.headers.update(self.cors.headers(environ.get("HTTP_ORIGIN")))
         self.metrics.answered(
             environ.get("zoscii.action", "none"),
             response.status_code,
@@ -348,6 +355,15 @@ def _check_raw_body(query: dict[str, bytes], mimetype: str) -> None:
             "A body that is not a form is the message of a publish or store: put "
             "action=publish (with q) or action=store in the query string."
         )
+
+
+def _lower_headers(environ: dict[str, Any]) -> dict[str, str]:
+    """The request's headers by lower-case name (what a CORS preflight sends)."""
+    return {
+        key[5:].replace("_", "-").lower(): value
+        for key, value in environ.items()
+        if key.startswith("HTTP_") and isinstance(value, str)
+    }
 
 
 def _request_id(given: str) -> str:

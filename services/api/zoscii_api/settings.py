@@ -9,6 +9,7 @@ from pathlib import Path
 from zoscii_api.addresses import parse_network
 from zoscii_api.auth import AccessControl
 from zosciimq.core.policy import PolicySource
+from zosciimq.cors import parse_origins
 from zosciimq.service.config import read_service_env
 from zosciimq.settings import CoreSettings, SettingsError, env_field
 
@@ -109,6 +110,8 @@ class ApiSettings:
     # A read-only copy (disaster recovery): fetch, retrieve and scan only; healthy when
     # the data is readable; every write answers 503 without reading its body.
     read_only: bool = env_field("ZOSCII_READ_ONLY", False)
+    # Web pages of these origins may read the answers (CORS, zosciimq.cors); empty: none.
+    cors_origins: tuple[str, ...] = env_field("ZOSCII_CORS_ORIGINS", (), parse=parse_origins)
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
     # Per-queue default retention and limits (ZOSCII_POLICY_FILE, zosciimq.core.policy),
     # read again when the file changes.

@@ -359,6 +359,17 @@ QUEUE_TEMPLATE = """\
 {% else %}<p class="muted pad">No consumer groups.</p>{% endif %}
 </section>
 
+{% if live_url %}
+<section id="live" data-url="{{ live_url }}" data-queue="{{ queue }}" data-after="{{ live_after }}">
+<h2>Live <span class="muted live-status">connecting&hellip;</span></h2>
+{# live.js follows the queue over the live service's stream (Server-Sent Events) and
+   lists what is published while the page is open; a reload resumes where it was. #}
+<ol class="live-messages"></ol>
+<noscript><p class="muted pad">The live view needs JavaScript.</p></noscript>
+</section>
+<script src="../live.js" defer></script>
+{% endif %}
+
 <section>
 <h2>Latest messages</h2>
 {% if names_error %}<p class="muted pad warn">Cannot list the queue: {{ names_error }}</p>
@@ -417,7 +428,10 @@ class QueuePage:
         history_error: str = "",
         actions: Sequence[Markup] = (),
         actions_note: str = "",
+        live_url: str = "",
     ) -> str:
+        """``live_url``: the stream's endpoint as browsers reach it (the live view is
+        shown when set); it starts after the newest name listed."""
         stats: GroupStats | None = None
         groups: list[ConsumerGroupStats] = []
         if snapshot is not None:
@@ -442,6 +456,8 @@ class QueuePage:
             history_error=history_error,
             actions=actions,
             actions_note=actions_note,
+            live_url=live_url,
+            live_after=names[0].name if names else "",
         )
 
 

@@ -1,11 +1,13 @@
-"""How many messages the api has served per queue, read from its /metrics.
+"""How many messages the api (and the live service) served per queue, from their /metrics.
 
 The files on the volume tell what was published and what is left, never what was
 fetched: a consumer following a pointer leaves no trace on disk. The api counts every
 message it serves (``zoscii_api_messages_fetched_total{queue}``: pointer fetches, batch
 fetches and consumer-group deliveries), so each computation reads that counter and the
 history keeps it; the console charts the fetch rate from the differences between points
-(``history.fetch_rates``), as Prometheus' ``rate()`` would.
+(``history.fetch_rates``), as Prometheus' ``rate()`` would. The live service, which
+answers the waiting fetches behind the proxy, counts what it serves the same way
+(``zoscii_live_messages_fetched_total{queue}``): list its /metrics too, both are added.
 
 Every listed api is asked (one per api container; their counters are added up). When
 any of them does not answer, the point records no fetch counts at all: a partial sum
@@ -23,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger(__name__)
 
-FAMILY = "zoscii_api_messages_fetched"  # the api's Counter, samples end in _total
+# the api's and the live service's Counters (samples end in _total)
+FAMILIES = ("zoscii_api_messages_fetched", "zoscii_live_messages_fetched")
 MAX_BYTES = 16 * 1024 * 1024  # one api's /metrics; more is not an api we know
 
 
@@ -68,11 +71,11 @@ class FetchCounts:
             raise ValueError(f"{url} answered more than {MAX_BYTES} bytes")
         counts: dict[str, float] = {}
         for family in text_string_to_metric_families(body.decode("utf-8", "replace")):
-            if family.name != FAMILY:
+            if family.name not in FAMILIES:
                 continue
             for sample in family.samples:
                 queue = sample.labels.get("queue")
-                if sample.name == FAMILY + "_total" and queue:
+                if sample.name == family.name + "_total" and queue:
                     counts[queue] = counts.get(queue, 0.0) + sample.value
         return counts
 

@@ -70,6 +70,7 @@ class Runtime:
             settings.access,
             history=self.history,
             admin=admin_panel(settings.api_url, settings.api_timeout_seconds),
+            live_url=settings.live_url,
         )
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.scheduler.add_job(

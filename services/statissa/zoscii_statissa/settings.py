@@ -34,6 +34,16 @@ def _api_url(raw: str) -> str:
     return raw
 
 
+def _live_url(raw: str) -> str:
+    """The stream endpoint browsers reach (the proxy's public URL): http(s), or "none"."""
+    if raw.lower() == "none":
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        raise SettingsError(f"ZOSCII_STATISSA_LIVE_URL: {raw!r} is not http(s)://host[:port]/")
+    return raw
+
+
 def _metrics_urls(raw: str) -> tuple[str, ...]:
     """The api /metrics pages to read fetch counts from; "none": none."""
     if raw.strip().lower() == "none":
@@ -89,6 +99,10 @@ class Settings:
         "ZOSCII_STATISSA_API_METRICS_URLS", None, parse=_metrics_urls
     )
     api_metrics_token: str = env_field("ZOSCII_STATISSA_API_METRICS_TOKEN", "", secret=True)
+    # the stream endpoint as the operator's browser reaches it (the proxy's public URL):
+    # the queue page's live view follows the queue there; its origin must then be in
+    # the live service's ZOSCII_CORS_ORIGINS. Empty or "none": no live view.
+    live_url: str = env_field("ZOSCII_STATISSA_LIVE_URL", "", parse=_live_url)
     # clients from ZOSCII_AUTH_FILE / ZOSCII_AUTH_CLIENTS, as the api: none, access is open
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
 

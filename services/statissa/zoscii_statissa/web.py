@@ -23,6 +23,7 @@ import logging
 import os
 from collections.abc import Iterable
 from functools import partial
+from importlib import resources
 from typing import Any
 
 from flask import Flask, Response, jsonify, redirect, request
@@ -75,6 +76,7 @@ def create_app(
     *,
     history: History | None = None,
     admin: AdminPanel | None = None,
+    live_url: str = "",
 ) -> WsgiApp:
     """Everything statissa serves, as one WSGI app. ``history``: the one the computation
     appends to (read from the volume when not given); ``admin``: the admin actions (off
@@ -82,11 +84,11 @@ def create_app(
     history = history if history is not None else History(data_dir)
     access = access or AccessControl([])
     admin = admin if admin is not None else AdminPanel(None)
-    pages = guarded(create_pages(keeper, data_dir, history, access, admin), access)
+    pages = guarded(create_pages(keeper, data_dir, history, access, admin, live_url), access)
     ops = ops_app(
         partial(health, keeper, data_dir),
         build_registry(keeper),
-        {"/": pages, "/stats.json": pages, "/history.json": pages},
+        {"/": pages, "/stats.json": pages, "/history.json": pages, "/live.js": pages},
     )
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -119,6 +121,7 @@ def create_pages(
     history: History,
     access: AccessControl,
     admin: AdminPanel,
+    live_url: str = "",
 ) -> Flask:
     app = Flask(__name__)
     page = ReportPage()
@@ -187,8 +190,16 @@ def create_pages(
             history_error=error,
             actions=actions,
             actions_note=actions_note,
+            live_url=live_url,
         )
         return html(body)
+
+    @app.get("/live.js")
+    def live_script() -> Response:
+        """The queue page's live view (a file, not inline: it runs under a CSP that
+        allows only this origin's scripts)."""
+        text = resources.files("zoscii_statissa").joinpath("live.js").read_text("utf-8")
+        return Response(text, mimetype="text/javascript")
 
     @app.get(f"{QUEUES}<name>/messages/<message>")
     def message(name: str, message: str) -> tuple[Response, int]:

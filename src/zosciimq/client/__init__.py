@@ -59,6 +59,7 @@ from zosciimq.client.payload import PayloadTooLarge
 from zosciimq.client.pointers import FilePointerStore, MemoryPointerStore, PointerStore
 from zosciimq.client.publish_batch import BatchItem, PublishProgress
 from zosciimq.client.replies import Envelope, Published, Received, ReplyInfo
+from zosciimq.client.stream import Streamed
 from zosciimq.client.transport import TransportOptions
 from zosciimq.client.work import LeasedMessage, Outcome, dead_letter_queue
 from zosciimq.client.worker import (
@@ -106,6 +107,7 @@ __all__ = [
     "ReplyTooLarge",
     "ServerError",
     "StorageFull",
+    "Streamed",
     "Timeout",
     "TooLarge",
     "TransportError",
