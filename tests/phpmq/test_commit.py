@@ -65,6 +65,15 @@ def wait_for_depths(data_dir: Path, wanted: dict[str, int], timeout: float = 30)
         store.close()
 
 
+def wait_for_metric(
+    gateway: InProcessGateway, name: str, value: float, timeout: float = 10, **labels: str
+) -> None:
+    deadline = time.monotonic() + timeout
+    while (seen := gateway.metric(name, **labels)) != value:
+        assert time.monotonic() < deadline, f"{name} {labels}: {seen}, not {value}"
+        time.sleep(0.01)
+
+
 def read_queue(data_dir: Path, queue: str) -> list[bytes]:
     store = QueueStore(DataDir(data_dir))
     try:
@@ -103,11 +112,11 @@ def test_messages_sent_back_to_back_are_committed_in_few_groups(
     with InProcessGateway(tmp_path) as gateway:
         send_like_php_mq(gateway.port, frames)
         wait_for_depths(tmp_path, {q: len(range(i, count, 3)) for i, q in enumerate(queues)})
+        # counted by the event loop once the commit's call returns: a moment after
+        wait_for_metric(gateway, "zoscii_phpmq_messages_total", count, event="received")
         commits = gateway.metric("zoscii_phpmq_commit_messages_count")
-        received = gateway.metric("zoscii_phpmq_messages_total", event="received")
     for i, queue in enumerate(queues):
         assert read_queue(tmp_path, queue) == [content(n) for n in range(i, count, 3)]
-    assert received == count
     assert len(flushes) == commits  # a commit, a flush: nothing else flushed the log
     assert 3 <= len(flushes) <= count // 10, f"{len(flushes)} flushes for {count} messages"
 
@@ -118,6 +127,7 @@ def test_a_group_holds_at_most_the_commit_limits(tmp_path: Path, flushes: list[i
     with InProcessGateway(tmp_path, ZOSCII_PHPMQ_COMMIT_MESSAGES="40") as gateway:
         send_like_php_mq(gateway.port, frames)
         wait_for_depths(tmp_path, {queue: 500})
+        wait_for_metric(gateway, "zoscii_phpmq_messages_total", 500, event="received")
         at_most_40 = gateway.metric("zoscii_phpmq_commit_messages_bucket", le="50.0")
         commits = gateway.metric("zoscii_phpmq_commit_messages_count")
         over_20 = commits - gateway.metric("zoscii_phpmq_commit_messages_bucket", le="20.0")
@@ -153,10 +163,7 @@ def test_the_acks_a_connection_received_are_settled_together(
         got = [client.read(timeout=10) for _ in range(200)]
         assert [m.content for m in got] == [b"m%d" % n for n in range(200)]
         client.send(b"".join(wire.ack(queue, m.id) for m in got))
-        deadline = time.monotonic() + 10
-        while gateway.metric("zoscii_phpmq_messages_total", event="acked") < 200:
-            assert time.monotonic() < deadline, calls
-            time.sleep(0.02)
+        wait_for_metric(gateway, "zoscii_phpmq_messages_total", 200, event="acked")
     assert sum(calls) == 200
     assert len(calls) <= 20, calls
     stats = ConsumerGroups(DataDir(tmp_path), QueueStore(DataDir(tmp_path))).stats(queue, "phpmq")

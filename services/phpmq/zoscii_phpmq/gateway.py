@@ -107,9 +107,6 @@ T = TypeVar("T")
 FULL_LOOK_SECONDS = 1.0  # a waiting consumer asks the group at least this often
 PUBLISH_RETRIES = 20  # a queue's 10,000 names of one second used up: wait for the next
 MAX_NUMBER_DIGITS = 12
-# What the event loop buffers of a connection before it stops reading the socket (it
-# holds up to twice this): a commit groups what arrived meanwhile (protocol.READ_BYTES).
-STREAM_LIMIT = 256 << 10
 # Contents a lease reads at once (the rest are read one by one as they are dispatched).
 DISPATCH_READ_BYTES = 1 << 20
 ACTIONS = {
@@ -270,11 +267,7 @@ class Gateway:
         if self.data_dir.check_writable() is None:
             await self.run(recover_at_start, self.queues)
         self.server = await asyncio.start_server(
-            self._accept,
-            self.settings.host,
-            self.settings.port,
-            reuse_address=True,
-            limit=STREAM_LIMIT,
+            self._accept, self.settings.host, self.settings.port, reuse_address=True
         )
         self._keeper = asyncio.create_task(self._keep_leases(), name="phpmq-leases")
         host, port = self.server.sockets[0].getsockname()[:2]

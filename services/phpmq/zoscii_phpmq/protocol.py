@@ -41,7 +41,7 @@ PACKET_HEADER_BYTES = 32  # P + 2-digit type + 29-digit length
 LENGTH_DIGITS = 29
 MAX_FIELD_BYTES = 1024  # any packet but the content: a queue, an id, a number, a token
 CHUNK_BYTES = 1 << 20  # large content is streamed on in pieces of at most this
-READ_BYTES = 1 << 20  # a read of the stream takes what it holds, up to this (no wait for more)
+READ_BYTES = 256 << 10  # a read of the stream takes what it holds, up to this (no wait)
 
 
 class MessageType(IntEnum):
