@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from zoscii_phpmq.gateway import Gateway
+from zoscii_phpmq.metrics import PhpmqMetrics
+from zoscii_phpmq.settings import Settings
 
 from tests.phpmq.wire import Client
 from zosciimq.core import DataDir, QueueStore
@@ -203,10 +206,6 @@ class InProcessGateway:
     process, so a test can count what the core does for it (monkeypatched)."""
 
     def __init__(self, data_dir: Path, **env: str) -> None:
-        from zoscii_phpmq.gateway import Gateway
-        from zoscii_phpmq.metrics import PhpmqMetrics
-        from zoscii_phpmq.settings import Settings
-
         settings = Settings.from_env(
             {"ZOSCII_DATA_DIR": str(data_dir), "ZOSCII_PHPMQ_HOST": "127.0.0.1", **env}
         )
