@@ -163,6 +163,14 @@ bench-statissa-scale: venv
 bench-zmq: venv
 	$(VENV)/bin/python -m bench.zmq_bench $(ZMQ_BENCH_ARGS)
 
+# The PHPMQ gateway's targets (issue 24): the real client's send of 10,000 x 1 KB until
+# durable, consume+ack with 8 consumers, each beside the api's framed batch, in
+# alternating rounds. PHPMQ_BENCH_ARGS='--dir /mnt/disk --rounds 5' (--dir: the disk
+# measured; default $TMPDIR).
+.PHONY: bench-phpmq
+bench-phpmq: venv
+	$(VENV)/bin/python -m bench.phpmq_bench $(PHPMQ_BENCH_ARGS)
+
 # py-spy of one api worker under 10 s of publishing from 8 clients (docs/benchmarks.md,
 # "Profiling"). PROFILE_ARGS passes more: e.g. '--durability interval --data-dir /mnt/disk'.
 PROFILE_ARGS ?=

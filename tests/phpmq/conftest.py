@@ -6,6 +6,7 @@ the log is kept, so tests can check the reasons it gives for closing a connectio
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,15 +17,20 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
+from zoscii_phpmq.gateway import Gateway
+from zoscii_phpmq.metrics import PhpmqMetrics
+from zoscii_phpmq.settings import Settings
 
 from tests.phpmq.wire import Client
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core.groups import ConsumerGroups, GroupStats, dead_letter_queue
 
+T = TypeVar("T")
 LISTENING = re.compile(r"listening for PHPMQ clients on [^ ]+:(\d+)")
 OPS = re.compile(r"serving /healthz and /metrics on port (\d+)")
 
@@ -193,6 +199,45 @@ class GatewayProcess:
             if len(got) >= count or time.monotonic() > deadline:
                 return got
             time.sleep(0.02)
+
+
+class InProcessGateway:
+    """The gateway's ``Gateway`` on an event loop of its own in a thread of the test's
+    process, so a test can count what the core does for it (monkeypatched)."""
+
+    def __init__(self, data_dir: Path, **env: str) -> None:
+        settings = Settings.from_env(
+            {"ZOSCII_DATA_DIR": str(data_dir), "ZOSCII_PHPMQ_HOST": "127.0.0.1", **env}
+        )
+        self.data_dir = data_dir
+        self.metrics = PhpmqMetrics()
+        self.gateway = Gateway(settings.with_overrides(port=0), self.metrics)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.port = 0
+
+    def __enter__(self) -> InProcessGateway:
+        self.thread.start()
+        self.port = self._call(self.gateway.start())[1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._call(self.gateway.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30)
+
+    def connect(self) -> Client:
+        return Client(self.port)
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
 
 
 def publish(gateway: GatewayProcess, queue: str, *contents: bytes, ttl: int = 0) -> None:

@@ -121,6 +121,7 @@ def test_the_gateway_writes_the_dispatch_example() -> None:
         ],
     )
     assert frame == DISPATCH
+    assert protocol.dispatch(b"Foo", b"Hello World", ID.encode(), b"3300") == DISPATCH
     assert (
         protocol.encode(
             MessageType.SEND, [(p.QUEUE, b"Foo"), (p.CONTENT, b"Hello World"), (p.TTL, b"3600")]
@@ -134,8 +135,7 @@ async def _read(data: bytes, max_content_bytes: int = 1 << 20) -> protocol.Incom
     reader.feed_data(data)
     reader.feed_eof()
     frames = FrameReader(reader, max_content_bytes=max_content_bytes, timeout=1)
-    first = await reader.readexactly(1)
-    return await frames.read_message(first)
+    return await frames.read_message()
 
 
 @pytest.mark.parametrize(
@@ -191,3 +191,54 @@ def test_the_gateways_own_authenticate_message() -> None:
 def test_a_real_clients_send_has_ttl_zero() -> None:
     message = asyncio.run(_read(wire.send("Foo", b"\x00\xff", 0)))
     assert message.fields[PacketType.TTL] == b"0" and message.content == b"\x00\xff"
+
+
+class Sink:
+    """An upload file's stand-in: what a large content was streamed into, piece by piece."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+
+    async def write(self, chunk: bytes) -> None:
+        self.pieces.append(chunk)
+
+
+async def _read_in_pieces(data: bytes, piece: int, count: int) -> list[protocol.Incoming]:
+    """``count`` messages from ``data`` arriving ``piece`` bytes at a time, as a slow link
+    delivers them; contents over 100 bytes streamed to a sink, as large ones are."""
+    reader = asyncio.StreamReader()
+
+    async def feed() -> None:
+        for at in range(0, len(data), piece):
+            await asyncio.sleep(0)
+            reader.feed_data(data[at : at + piece])
+        reader.feed_eof()
+
+    async def open_sink(length: int) -> Sink:
+        return Sink()
+
+    frames = FrameReader(
+        reader,
+        max_content_bytes=1 << 20,
+        timeout=1,
+        inline_bytes=100,
+        open_sink=open_sink,
+    )
+    feeding = asyncio.create_task(feed())
+    messages = [await frames.read_message() for _ in range(count)]
+    await feeding
+    return messages
+
+
+@pytest.mark.parametrize("piece", [1, 7, 33, 1 << 20])
+def test_messages_are_read_whatever_pieces_they_arrive_in(piece: int) -> None:
+    """Byte by byte, in odd pieces or all at once: the same messages, a large content
+    streamed to its sink and a small one kept as bytes."""
+    large = bytes(range(256)) * 2
+    data = wire.send("Foo", large, 60) + ACK + wire.send("Bar", b"small", 0) + CONSUME
+    first, ack, small, consume = asyncio.run(_read_in_pieces(data, piece, 4))
+    assert isinstance(first.content, Sink) and b"".join(first.content.pieces) == large
+    assert (first.size, first.fields[PacketType.TTL]) == (len(large), b"60")
+    assert (ack.type, ack.fields[PacketType.MESSAGE_ID]) == (MessageType.ACKNOWLEDGE, ID.encode())
+    assert (small.content, small.fields[PacketType.QUEUE]) == (b"small", b"Bar")
+    assert consume.fields == {PacketType.QUEUE: b"Foo", PacketType.COUNT: b"5"}

@@ -96,7 +96,7 @@ def test_the_gateways_publishes_take_retention_from_the_policy_then_the_default(
                 upload = Upload(DataDir(settings.data_dir))
                 upload.write(b"x")
                 outgoing = Outgoing(upload, settings.retention_days, None, None)
-                name = gateway._publish(queue, outgoing)
+                (name,) = gateway._publish(queue, [outgoing])
                 assert name is not None
                 days[(own, queue)] = parse_name(name).retention_days
         finally:

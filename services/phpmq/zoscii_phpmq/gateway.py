@@ -6,16 +6,24 @@ message does:
 
 * **000 authenticate** (this gateway's addition, packet 06 = bearer token): with access
   control on, the first message of every connection; off, accepted and ignored.
-* **001 send**: the content is streamed into an upload file as it arrives and published
-  to the queue (``clean_queue``), the TTL (seconds, 0 or absent: none) as the message's
-  expiry for consumer groups, with the gateway's retention.
+* **001 send**: published to the queue (``clean_queue``), the TTL (seconds, 0 or absent:
+  none) as the message's expiry for consumer groups, with the gateway's retention. A
+  connection's 001s are committed in groups: every message a client has sent back to
+  back and the gateway has received is read, and before the connection reads on they
+  are committed together, one commit (one log flush) per queue, in their order
+  (``_commit``; at most ``ZOSCII_PHPMQ_COMMIT_MESSAGES`` and ``..._COMMIT_BYTES`` a
+  group). Contents of up to the core's ``INLINE_BYTES`` wait in memory and are written
+  with the commit, in one call into the thread pool for the group; a larger one is
+  streamed into an upload file as it arrives.
 * **002 consume**: the connection becomes a consumer of the queue's group (``phpmq``, or
   the queue's own from ``ZOSCII_PHPMQ_QUEUE_GROUPS``) with a window of ``count``
   unacknowledged messages: messages are leased and dispatched (003) while fewer than
   ``count`` are unacknowledged; each 004, 005 or 006 frees a place and the window is
   topped up. A second 002 for the same queue changes the window.
 * **004 / 005 / 006**: ack, requeue (behind the messages waiting, with the new TTL if
-  the packet is there: 0 = none) and dead letter of the message whose id is given.
+  the packet is there: 0 = none) and dead letter of the message whose id is given. The
+  acks a connection has received are settled together, with its 001s, before it reads
+  on: one settlement (one flush of the group's log) per queue and group.
 
 The message id is the message's own: the 32 hex digits of its name's GUID, the same at
 every delivery (a requeued or released message comes back with its id, as php-mq's own
@@ -36,6 +44,8 @@ to whichever consumer asks next, in their order, each counted as a delivery (aft
 
 A frame that breaks the format, a missing token, a missing right, or a storage error
 closes the connection with a logged reason (counted by reason); the process carries on.
+Whatever ends a connection (the client's close, an error, a stop), the messages it had
+sent in full before are committed first.
 Rights are decided before a byte of content is read: a 001 from a connection without a
 token, or for a queue its client may not write, is refused as its content packet starts.
 
@@ -72,7 +82,7 @@ from zoscii_phpmq.protocol import (
     MessageType,
     PacketType,
     ProtocolError,
-    encode,
+    dispatch,
 )
 from zoscii_phpmq.settings import Settings
 from zosciimq.access import Client
@@ -80,7 +90,16 @@ from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
 from zosciimq.core.groups import ConsumerGroups, Delivery, Outcome
 from zosciimq.core.names import clean_queue, parse_name
 from zosciimq.core.restart import recover_at_start
-from zosciimq.errors import Fenced, Forbidden, InvalidInput, TryAgain, Unauthenticated, ZosciiError
+from zosciimq.core.upload import INLINE_BYTES
+from zosciimq.errors import (
+    Fenced,
+    Forbidden,
+    InvalidInput,
+    QueueFull,
+    TryAgain,
+    Unauthenticated,
+    ZosciiError,
+)
 
 log = logging.getLogger("zoscii_phpmq.gateway")
 
@@ -88,6 +107,8 @@ T = TypeVar("T")
 FULL_LOOK_SECONDS = 1.0  # a waiting consumer asks the group at least this often
 PUBLISH_RETRIES = 20  # a queue's 10,000 names of one second used up: wait for the next
 MAX_NUMBER_DIGITS = 12
+# Contents a lease reads at once (the rest are read one by one as they are dispatched).
+DISPATCH_READ_BYTES = 1 << 20
 ACTIONS = {
     MessageType.ACKNOWLEDGE: ("ack", "acked"),
     MessageType.REQUEUE: ("requeue", "requeued"),
@@ -162,6 +183,17 @@ class Subscription:
     task: asyncio.Task[None] | None = None
 
 
+@dataclass
+class Received:
+    """A 001 read in full and not yet published: its content in memory, or the upload
+    it was streamed into."""
+
+    queue: str
+    content: bytes | Upload
+    size: int
+    expires_at: float | None
+
+
 @dataclass(eq=False)
 class Connection:
     number: int
@@ -177,7 +209,12 @@ class Connection:
     gone: bool = False  # its slot was given back (closed, or evicted)
     closing: bool = False
     subs: dict[str, Subscription] = field(default_factory=dict)
-    upload: Upload | None = None
+    upload: Upload | None = None  # the large content being streamed in
+    # Read and not yet committed (``Gateway._commit``): 001s in their order, the bytes of
+    # their contents, and the messages acked by 004s (a dict: in order, each once).
+    sends: list[Received] = field(default_factory=list)
+    send_bytes: int = 0
+    acks: dict[Held, None] = field(default_factory=dict)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[Any] | None = None
 
@@ -364,61 +401,62 @@ class Gateway:
             max_content_bytes=self.settings.max_message_bytes,
             timeout=self.settings.frame_timeout_seconds,
             min_rate=self.settings.min_rate,
+            inline_bytes=INLINE_BYTES,
             open_sink=functools.partial(self._open_upload, conn),
             before_content=functools.partial(self._before_content, conn),
+            before_read=functools.partial(self._commit, conn),
         )
-        loop = asyncio.get_running_loop()
+        ended: ProtocolError | None = None
         try:
-            while not self.stopping:
-                deadline = None
-                if conn.pending:
-                    deadline = loop.time() + self.settings.first_message_seconds
-                first = await self._first_byte(conn, deadline)
-                if first is None:
-                    log.debug("connection %s ended by the client", conn)
-                    return
-                message = await frames.read_message(first, deadline)
-                try:
-                    await self._handle(conn, message)
-                finally:
-                    await self._discard_upload(conn)
-                if conn.pending and not conn.gone:  # established: idle as long as it likes
-                    conn.pending = False
-                    self.pending.pop(conn, None)
+            await self._read_messages(conn, frames)
         except ProtocolError as exc:
-            if not conn.gone:  # an evicted connection's end was logged by its eviction
-                self._closed(conn, exc)
+            ended = exc
         except (ConnectionError, OSError) as exc:
             log.info("connection %s lost: %s", conn, exc)
         except Exception:
             self.metrics.protocol_errors.labels("internal").inc()
             log.exception("connection %s closed: internal error", conn)
+        try:  # whatever ended it, what the client sent in full before is committed
+            await self._commit(conn)
+        except ProtocolError as exc:
+            if ended is None:
+                ended = exc
+            else:
+                self._closed(conn, exc)
+        except Exception:
+            self.metrics.protocol_errors.labels("internal").inc()
+            log.exception("connection %s: internal error committing its last messages", conn)
+        if ended is not None and not conn.gone:  # an evicted one's end was logged already
+            self._closed(conn, ended)
+
+    async def _read_messages(self, conn: Connection, frames: FrameReader) -> None:
+        """Handle messages until the client ends the connection, or the gateway stops
+        (what was received by then is handled: stop waits for that)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            deadline = None
+            if conn.pending:
+                deadline = loop.time() + self.settings.first_message_seconds
+            try:
+                if not await frames.wait(conn.stop, deadline):
+                    log.debug("connection %s ended by the client", conn)
+                    return
+            except TimeoutError:
+                raise ProtocolError(
+                    "idle",
+                    f"no first message within {self.settings.first_message_seconds:g} s "
+                    "(ZOSCII_PHPMQ_FIRST_MESSAGE_SECONDS)",
+                ) from None
+            message = await frames.read_message(deadline)
+            await self._handle(conn, message)
+            if conn.pending and not conn.gone:  # established: idle as long as it likes
+                conn.pending = False
+                self.pending.pop(conn, None)
 
     def _closed(self, conn: Connection, exc: ProtocolError) -> None:
         """The connection ends for ``exc``: counted by its reason, and logged."""
         self.metrics.protocol_errors.labels(exc.reason).inc()
         log.warning("connection %s closed: %s (%s)", conn, exc.reason, exc.detail)
-
-    async def _first_byte(self, conn: Connection, deadline: float | None) -> bytes | None:
-        """The first byte of the next message; None at the end (the client's, or a stop).
-        With a ``deadline`` (a pending connection), ProtocolError ``idle`` past it."""
-        read = asyncio.ensure_future(conn.reader.read(1))
-        timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
-        await asyncio.wait(
-            {read, conn.stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        if read.done():
-            return read.result() or None
-        read.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await read
-        if not conn.stop.done():
-            raise ProtocolError(
-                "idle",
-                f"no first message within {self.settings.first_message_seconds:g} s "
-                "(ZOSCII_PHPMQ_FIRST_MESSAGE_SECONDS)",
-            )
-        return None
 
     async def _close(self, conn: Connection) -> None:
         conn.closing = True
@@ -429,6 +467,10 @@ class Gateway:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self._discard_upload(conn)
+        left = [r.content for r in conn.sends if isinstance(r.content, Upload)]
+        if left:  # never committed (an internal error): their temp files go
+            conn.sends = []
+            await self.run(_discard_all, left)
         held = [h for sub in conn.subs.values() for h in sub.inflight.values()]
         for sub in conn.subs.values():
             self.subscribers.get(sub.queue, set()).discard(sub)
@@ -485,11 +527,15 @@ class Gateway:
                 f"first message is {message.type.value:03d}, not 000 with a token",
             )
         elif message.type is MessageType.SEND:
-            await self._send(conn, message)
-        elif message.type is MessageType.CONSUME:
-            self._consume(conn, message)
+            await self._receive(conn, message)
+        elif message.type is MessageType.ACKNOWLEDGE:
+            await self._acknowledge(conn, message)
         else:
-            await self._finish(conn, message)
+            await self._commit(conn)  # what came before it takes effect first
+            if message.type is MessageType.CONSUME:
+                self._consume(conn, message)
+            else:
+                await self._finish(conn, message)
 
     def _authenticate(self, conn: Connection, message: Incoming) -> None:
         access = self.settings.access
@@ -538,28 +584,103 @@ class Gateway:
             client = conn.client.name if conn.client else "-"
             raise Refused("forbidden", f"client {client}: {exc}") from None
 
-    async def _send(self, conn: Connection, message: Incoming) -> None:
+    async def _receive(self, conn: Connection, message: Incoming) -> None:
+        """A 001 read in full joins the connection's group, committed before it reads on
+        (at once when the group is full)."""
         queue, _ = _queue(message)
         self._check_send(conn, queue)  # again: the content may have come first
         ttl = _number(message.fields.get(PacketType.TTL), "TTL")
+        content = message.content
+        if isinstance(content, UploadSink):
+            content, conn.upload = content.upload, None  # the group's now
+        assert isinstance(content, bytes | Upload)
         expires_at = time.time() + ttl if ttl else None
-        assert isinstance(message.content, UploadSink)
-        upload = message.content.upload
-        outgoing = Outgoing(upload, self.settings.retention_days, None, expires_at)
-        try:
-            name = await self.run(self._publish, queue, outgoing)
-        except ZosciiError as exc:
-            raise Refused(exc.reason, f"publish to '{queue}': {exc}") from None
-        self.metrics.messages.labels("received").inc()
-        self.metrics.bytes.labels("received").inc(upload.size)
-        log.debug("connection %s: published %s to %s (ttl %s)", conn, name, queue, ttl or "-")
-        self._wake(queue)
+        conn.sends.append(Received(queue, content, message.size, expires_at))
+        conn.send_bytes += message.size
+        settings = self.settings
+        if len(conn.sends) >= settings.commit_messages or conn.send_bytes >= settings.commit_bytes:
+            await self._publish_group(conn)
 
-    def _publish(self, queue: str, outgoing: Outgoing) -> str | None:
+    async def _commit(self, conn: Connection) -> None:
+        """Before ``conn`` reads on: the 001s it read are published (one commit a queue),
+        and its acks settled (one a queue and group)."""
+        if conn.sends:
+            await self._publish_group(conn)
+        if conn.acks:
+            await self._settle_acks(conn)
+
+    async def _publish_group(self, conn: Connection) -> None:
+        group, conn.sends, conn.send_bytes = conn.sends, [], 0
+        by_queue: dict[str, list[Received]] = {}
+        for received in group:
+            by_queue.setdefault(received.queue, []).append(received)
+        published, failure = await self.run(self._publish_queues, by_queue)
+        for queue, items in published:
+            self.metrics.messages.labels("received").inc(len(items))
+            self.metrics.bytes.labels("received").inc(sum(r.size for r in items))
+            log.debug("connection %s: published %d to %s", conn, len(items), queue)
+            self._wake(queue)
+        if failure is not None:
+            queue, exc = failure
+            lost = len(group) - sum(len(items) for _, items in published)
+            raise Refused(
+                exc.reason,
+                f"publish to '{queue}': {exc} ({lost} message(s) read from the connection "
+                "not published)",
+            )
+
+    def _publish_queues(
+        self, by_queue: Mapping[str, list[Received]]
+    ) -> tuple[list[tuple[str, list[Received]]], tuple[str, ZosciiError] | None]:
+        """Thread pool: each queue's messages published by one commit, the queues in the
+        order they first came, up to the first that fails: (what was published, that
+        failure). Every upload is closed on the way out (and removed, if unpublished)."""
+        published: list[tuple[str, list[Received]]] = []
+        uploads: list[Upload] = [  # streamed in already
+            r.content for items in by_queue.values() for r in items if isinstance(r.content, Upload)
+        ]
+        retention = self.settings.retention_days
+        try:
+            for queue, items in by_queue.items():
+                kept = 0
+                try:
+                    outgoing = []
+                    for received in items:
+                        content = received.content
+                        if isinstance(content, bytes):  # written now, with its commit
+                            upload = Upload(self.data_dir, self.settings.max_message_bytes)
+                            uploads.append(upload)
+                            upload.write(content)
+                            content = upload
+                        outgoing.append(Outgoing(content, retention, None, received.expires_at))
+                    try:
+                        self._publish(queue, outgoing)
+                        kept = len(items)
+                    except QueueFull:
+                        if len(outgoing) == 1:
+                            raise
+                        # Refused before anything was written: one at a time, as they
+                        # came, so those that fit are kept as if each had come alone.
+                        for message in outgoing:
+                            self._publish(queue, [message])
+                            kept += 1
+                except ZosciiError as exc:
+                    if kept:
+                        published.append((queue, items[:kept]))
+                    return published, (queue, exc)
+                published.append((queue, items))
+            return published, None
+        finally:
+            _discard_all(uploads)
+
+    def _publish(self, queue: str, outgoing: list[Outgoing]) -> list[str | None]:
+        """One commit; the names given, in order."""
         for attempt in itertools.count():
             try:
-                return self.queues.publish_many(queue, [outgoing])[0].name
-            except TryAgain:
+                results = self.queues.publish_many(queue, outgoing)
+                self.metrics.commit_messages.observe(len(outgoing))
+                return [result.name for result in results]
+            except TryAgain:  # the queue's 10,000 names of this second are used up
                 if attempt >= PUBLISH_RETRIES:
                     raise
                 time.sleep(0.05)
@@ -592,14 +713,15 @@ class Gateway:
         sub.task = asyncio.create_task(self._dispatch(sub), name=f"phpmq-{conn.number}-{queue}")
         log.info("connection %s consumes %s (group %s, window %d)", conn, queue, sub.group, count)
 
-    async def _finish(self, conn: Connection, message: Incoming) -> None:
-        """004, 005, 006: the group learns what became of a dispatched message."""
-        action, event = ACTIONS[message.type]
+    def _held(self, conn: Connection, message: Incoming) -> Held | None:
+        """The dispatched message a 004, 005 or 006 names, once its sender may act on it;
+        None (logged, counted) for an id this process does not know."""
+        action, _ = ACTIONS[message.type]
         queue, _ = _queue(message)
         self._authorize(conn, action, queue)
         token = message.fields[PacketType.MESSAGE_ID].decode("ascii", "replace")
         held = self.ids.get(queue, token)
-        if held is None:
+        if held is None or held in conn.acks:  # a second ack of one message: as before
             self.metrics.ignored.labels("unknown").inc()
             log.warning(
                 "connection %s: %s of unknown message id %r on %s: ignored",
@@ -608,12 +730,60 @@ class Gateway:
                 token[:64],
                 queue,
             )
+            return None
+        return held
+
+    async def _acknowledge(self, conn: Connection, message: Incoming) -> None:
+        """A 004 is settled with the connection's other acks, before it reads on (at once
+        when the group is full)."""
+        held = self._held(conn, message)
+        if held is not None:
+            conn.acks[held] = None
+            if len(conn.acks) >= self.settings.commit_messages:
+                await self._settle_acks(conn)
+
+    async def _settle_acks(self, conn: Connection) -> None:
+        acks, conn.acks = list(conn.acks), {}
+        by_group: dict[tuple[str, str], list[Held]] = {}
+        for held in acks:
+            by_group.setdefault((held.queue, held.group), []).append(held)
+        settled, failure = await self.run(self._ack_groups, by_group)
+        acked = 0
+        for held, outcome in settled:
+            self._forget(held)
+            if outcome.result == "ok":
+                acked += 1
+            else:
+                self._ignored(conn, "ack", outcome)
+        self.metrics.messages.labels("acked").inc(acked)
+        if failure is not None:
+            queue, exc = failure
+            raise Refused(exc.reason, f"ack on '{queue}': {exc}")
+
+    def _ack_groups(
+        self, by_group: Mapping[tuple[str, str], list[Held]]
+    ) -> tuple[list[tuple[Held, Outcome]], tuple[str, ZosciiError] | None]:
+        """Thread pool: each group's acks in one settlement, up to the first that fails:
+        (each ack settled and its outcome, that failure)."""
+        settled: list[tuple[Held, Outcome]] = []
+        for (queue, group), helds in by_group.items():
+            try:
+                outcomes = self.groups.ack(queue, group, [h.receipt for h in helds])
+            except ZosciiError as exc:
+                return settled, (queue, exc)
+            settled.extend(zip(helds, outcomes, strict=True))
+        return settled, None
+
+    async def _finish(self, conn: Connection, message: Incoming) -> None:
+        """005, 006: the group learns what became of a dispatched message."""
+        action, event = ACTIONS[message.type]
+        held = self._held(conn, message)
+        if held is None:
             return
+        queue = held.queue
         ttl = _number(message.fields.get(PacketType.TTL), "TTL")
         try:
-            if message.type is MessageType.ACKNOWLEDGE:
-                outcomes = await self.run(self.groups.ack, queue, held.group, [held.receipt])
-            elif message.type is MessageType.REQUEUE:
+            if message.type is MessageType.REQUEUE:
                 outcomes = await self.run(
                     functools.partial(
                         self.groups.requeue,
@@ -633,8 +803,7 @@ class Gateway:
         (outcome,) = outcomes
         if outcome.result == "ok":
             self.metrics.messages.labels(event).inc()
-            if message.type is not MessageType.ACKNOWLEDGE:
-                self._wake(queue)  # it is there for a consumer again, or a place freed
+            self._wake(queue)  # it is there for a consumer again, or a place freed
         else:
             self._ignored(conn, action, outcome)
 
@@ -677,7 +846,10 @@ class Gateway:
                     continue
                 woken = sub.wake.is_set()
                 sub.wake.clear()
-                token = await self.run(self._change_token, sub.queue, sub.group)
+                if woken:  # a place freed, a publish...: look at once
+                    token: object = None
+                else:
+                    token = await self.run(self._change_token, sub.queue, sub.group)
                 now = time.monotonic()
                 if woken or token != seen or now >= next_look:
                     seen, next_look = token, now + FULL_LOOK_SECONDS
@@ -709,16 +881,7 @@ class Gateway:
         """Lease up to ``free`` messages and dispatch them; how many were leased."""
         conn = sub.conn
         try:
-            got = await self.run(
-                functools.partial(
-                    self.groups.consume,
-                    sub.queue,
-                    sub.group,
-                    count=free,
-                    lease=self.settings.lease_seconds,
-                    consumer=conn.consumer,
-                )
-            )
+            got = await self.run(self._lease, sub, free)
         except InvalidInput as exc:  # queue and group too long for a dead-letter queue...
             raise Refused(exc.reason, f"consume {sub.queue}: {exc}") from None
         except ZosciiError as exc:
@@ -728,7 +891,7 @@ class Gateway:
         # Every one is in the window (and the id map) before the first is written: the
         # close of the connection releases them, whatever happens below.
         helds = []
-        for delivery in got:
+        for delivery, _ in got:
             token = _message_id(delivery)
             earlier = self.ids.get(sub.queue, token)
             if earlier is not None:  # its lease ran out and it came back: that one is over
@@ -738,17 +901,53 @@ class Gateway:
             self.ids.add(held)
             helds.append(held)
         self.metrics.unacked.inc(len(got))
+        sent = sent_bytes = 0
         try:
-            for held, delivery in zip(helds, got, strict=True):
+            for held, (delivery, content) in zip(helds, got, strict=True):
                 if conn.closing:
                     break
-                await self._send_one(sub, held, delivery)
+                size = await self._send_one(sub, held, delivery, content)
+                if size is not None:
+                    sent, sent_bytes = sent + 1, sent_bytes + size
         finally:
-            for delivery in got:
+            for delivery, _ in got:
                 delivery.file.close()
+            self.metrics.messages.labels("sent").inc(sent)
+            self.metrics.bytes.labels("sent").inc(sent_bytes)
         return len(got)
 
-    async def _send_one(self, sub: Subscription, held: Held, delivery: Delivery) -> None:
+    def _lease(self, sub: Subscription, free: int) -> list[tuple[Delivery, bytes | None]]:
+        """Thread pool: lease up to ``free`` messages, and read (and close) those whose
+        contents fit in ``DISPATCH_READ_BYTES`` together; the others are read as they are
+        dispatched, so a window of large messages is never all in memory."""
+        got = self.groups.consume(
+            sub.queue,
+            sub.group,
+            count=free,
+            lease=self.settings.lease_seconds,
+            consumer=sub.conn.consumer,
+        )
+        budget = min(DISPATCH_READ_BYTES, self.settings.max_message_bytes)
+        out: list[tuple[Delivery, bytes | None]] = []
+        try:
+            for delivery in got:
+                content = None
+                if delivery.size <= budget:
+                    with delivery.file as file:
+                        content = file.read()
+                    budget -= len(content)
+                out.append((delivery, content))
+        except BaseException:
+            for delivery in got:
+                delivery.file.close()
+            raise
+        return out
+
+    async def _send_one(
+        self, sub: Subscription, held: Held, delivery: Delivery, content: bytes | None
+    ) -> int | None:
+        """Dispatch one leased message: the bytes of its content, None when it was too
+        large and went to the dead letters instead."""
         conn = sub.conn
         if delivery.size > self.settings.max_message_bytes:
             log.warning(
@@ -769,34 +968,30 @@ class Gateway:
             self._forget(held)
             if outcomes[0].result == "ok":
                 self.metrics.messages.labels("dead_lettered").inc()
-            return
-        content = await self.run(_read_all, delivery)
+            return None
+        if content is None:
+            content = await self.run(_read_all, delivery)
         ttl = b"0" if delivery.ttl_left is None else b"%d" % max(1, math.ceil(delivery.ttl_left))
-        frame = encode(
-            MessageType.DISPATCH,
-            [
-                (PacketType.QUEUE, sub.name.encode()),
-                (PacketType.CONTENT, content),
-                (PacketType.MESSAGE_ID, held.token.encode()),
-                (PacketType.TTL, ttl),
-            ],
-        )
+        frame = dispatch(sub.name.encode(), content, held.token.encode(), ttl)
         async with conn.write_lock:
+            transport = conn.writer.transport
+            if transport.is_closing():
+                raise ConnectionResetError("the connection is closing")
             # One write of the whole message into an empty buffer: one send() call, so the
             # client's first read of 8 bytes finds the whole header (PHPMQ-NOTES).
             conn.writer.write(frame)
-            try:
-                await asyncio.wait_for(
-                    conn.writer.drain(), max(self.settings.frame_timeout_seconds, 1.0)
-                )
-            except TimeoutError:
-                raise ProtocolError(
-                    "send_timeout",
-                    f"the client did not read a dispatched message of {len(frame)} bytes "
-                    f"within {self.settings.frame_timeout_seconds:g} s",
-                ) from None
-        self.metrics.messages.labels("sent").inc()
-        self.metrics.bytes.labels("sent").inc(len(content))
+            if transport.get_write_buffer_size():  # the kernel did not take it all yet
+                try:
+                    await asyncio.wait_for(
+                        conn.writer.drain(), max(self.settings.frame_timeout_seconds, 1.0)
+                    )
+                except TimeoutError:
+                    raise ProtocolError(
+                        "send_timeout",
+                        f"the client did not read a dispatched message of {len(frame)} bytes "
+                        f"within {self.settings.frame_timeout_seconds:g} s",
+                    ) from None
+        return len(content)
 
     # --- leases ---------------------------------------------------------------------------------
     async def _keep_leases(self) -> None:
@@ -889,6 +1084,12 @@ def _message_id(delivery: Delivery) -> str:
 def _read_all(delivery: Delivery) -> bytes:
     with delivery.file as file:
         return file.read()
+
+
+def _discard_all(uploads: Iterable[Upload]) -> None:
+    """Close each upload's file; those not committed are removed."""
+    for upload in uploads:
+        upload.discard()
 
 
 def _stat(path: os.PathLike[str] | str) -> object:

@@ -6,9 +6,10 @@ here are about the gateway, not the queues (statissa and the api count per queue
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFIX = "zoscii_phpmq"
+COMMIT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 EVENTS = ("received", "sent", "acked", "requeued", "dead_lettered")
 
 
@@ -38,6 +39,13 @@ class PhpmqMetrics:
             "Messages by event: received (001, published), sent (003, dispatched), acked "
             "(004), requeued (005), dead_lettered (006).",
             ["event"],
+            registry=r,
+        )
+        self.commit_messages = Histogram(
+            f"{PREFIX}_commit_messages",
+            "Messages (001) per commit: a connection's messages read back to back are "
+            "published together, one commit (one log flush) per queue.",
+            buckets=COMMIT_BUCKETS,
             registry=r,
         )
         self.bytes = Counter(

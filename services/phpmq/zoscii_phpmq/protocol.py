@@ -27,6 +27,7 @@ message to answer with.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -39,7 +40,8 @@ MESSAGE_HEADER_BYTES = 8  # H + 2-digit version + 3-digit type + 2-digit packet 
 PACKET_HEADER_BYTES = 32  # P + 2-digit type + 29-digit length
 LENGTH_DIGITS = 29
 MAX_FIELD_BYTES = 1024  # any packet but the content: a queue, an id, a number, a token
-CHUNK_BYTES = 1 << 20  # content is read (and streamed on) in pieces of at most this
+CHUNK_BYTES = 1 << 20  # large content is streamed on in pieces of at most this
+READ_BYTES = 256 << 10  # a read of the stream takes what it holds, up to this (no wait)
 
 
 class MessageType(IntEnum):
@@ -124,9 +126,26 @@ def encode(message_type: int, packets: Iterable[tuple[int, bytes]]) -> bytes:
     return b"".join(parts)
 
 
+def dispatch(queue: bytes, content: bytes, message_id: bytes, ttl: bytes) -> bytes:
+    """A 003 with its four packets: ``encode``'s bytes in one step (one a message sent)."""
+    return b"H0100304P01%029d%bP02%029d%bP03%029d%bP05%029d%b" % (
+        len(queue),
+        queue,
+        len(content),
+        content,
+        len(message_id),
+        message_id,
+        len(ttl),
+        ttl,
+    )
+
+
 # --- reading ----------------------------------------------------------------------------------
 def parse_message_header(raw: bytes) -> tuple[MessageType, int]:
     """(type, packet count) of an 8-byte message header, checked."""
+    known = _MESSAGE_HEADERS.get(raw)
+    if known is not None:
+        return known
     if raw[:1] != MESSAGE_FLAG:
         raise ProtocolError("bad_flag", f"message header starts with {raw[:1]!r}, not 'H'")
     if raw[1:3] != VERSION:
@@ -148,6 +167,10 @@ def parse_message_header(raw: bytes) -> tuple[MessageType, int]:
 
 def parse_packet_header(raw: bytes, message_type: MessageType) -> tuple[PacketType, int]:
     """(type, length) of a 32-byte packet header, checked against the message type."""
+    known = _PACKET_TYPES.get((raw[:3], message_type))
+    length = raw[3:PACKET_HEADER_BYTES]
+    if known is not None and len(length) == LENGTH_DIGITS and length.isdigit():
+        return known, int(length)
     if raw[:1] != PACKET_FLAG:
         raise ProtocolError("bad_flag", f"packet header starts with {raw[:1]!r}, not 'P'")
     digits = raw[1:3]
@@ -165,37 +188,74 @@ def parse_packet_header(raw: bytes, message_type: MessageType) -> tuple[PacketTy
     return packet_type, int(length)
 
 
+# Every header a client may send, looked up whole; the checks above say what is wrong
+# with any other.
+_MESSAGE_HEADERS: Mapping[bytes, tuple[MessageType, int]] = {
+    message_header(kind, count): (kind, count)
+    for kind in FROM_CLIENT
+    for count in range(len(SHAPES[kind].required), len(SHAPES[kind].allowed) + 1)
+}
+_PACKET_TYPES: Mapping[tuple[bytes, MessageType], PacketType] = {
+    (b"%s%02d" % (PACKET_FLAG, packet), kind): packet
+    for kind in FROM_CLIENT
+    for packet in SHAPES[kind].allowed
+}
+
+
 class ContentSink(Protocol):
-    """Where a message's content goes while it arrives (an upload file)."""
+    """Where a large message's content goes while it arrives (an upload file)."""
 
     async def write(self, chunk: bytes) -> None: ...
 
 
 @dataclass
 class Incoming:
-    """One message from a client: its small packets as bytes, the content as the sink
-    it was streamed into (or bytes, without a sink)."""
+    """One message from a client: its small packets as bytes, the content as bytes (up
+    to ``inline_bytes``) or as the sink it was streamed into."""
 
     type: MessageType
     fields: dict[PacketType, bytes] = field(default_factory=dict)
     content: ContentSink | bytes | None = None
+    size: int = 0  # of the content
 
     def text(self, packet: PacketType) -> str | None:
         raw = self.fields.get(packet)
         return None if raw is None else raw.decode("utf-8", "replace")
 
 
+STREAM = "stream"  # what ``FrameReader._advance`` answers for a large content
+
+
+@dataclass
+class _Progress:
+    """How much of a message has been taken from the buffer (it may come in pieces)."""
+
+    message: Incoming | None = None  # None until its header is read
+    left: int = 0  # packets not read yet
+    seen: set[PacketType] = field(default_factory=set)
+    packet: tuple[PacketType, int] | None = None  # a packet whose header is read, not its body
+    content_deadline: float | None = None  # set by the content's header (with min_rate)
+
+
 class FrameReader:
     """Reads messages from a stream, strictly, within limits and time.
+
+    It reads the stream in large pieces into a buffer of its own and takes messages out
+    of that, so a message already received costs no wait and no read: the caller handles
+    every message a client sent back to back before the next read. ``before_read()``
+    runs before each read of the stream, that is when no message in the buffer is
+    complete: the gateway commits there what it has read so far (a client that sent
+    many messages gets one commit for all of them, and none waits for more to arrive).
 
     Deadlines: the message header and each packet header ``timeout``; a packet's
     content ``timeout`` plus one second per ``min_rate`` bytes it declares (a slow link
     may send a big message, a trickle may not hold a connection for ever; 0: each read
-    of it ``timeout``); with
-    ``deadline`` (a loop time), everything but content by then (a connection's first
-    message). The wait for a message's first byte is the caller's business: consumers
-    sit idle between messages.
-    ``open_sink(length)``: where a content packet goes; None keeps it in memory.
+    of it ``timeout``); with ``deadline`` (a loop time), everything but content by then
+    (a connection's first message). Between messages ``wait`` waits as long as the
+    caller says: consumers sit idle between messages.
+
+    Content of up to ``inline_bytes`` is kept in memory; a larger one goes, piece by
+    piece as it arrives, to ``open_sink(length)`` (None: memory too).
     ``before_content(type, packets so far)``: called once a content packet's header is
     read and its length accepted, before a byte of it; it raises to refuse the message
     there (a sender without the right to the queue writes nothing to disk).
@@ -208,87 +268,180 @@ class FrameReader:
         max_content_bytes: int,
         timeout: float,
         min_rate: float = 0.0,
+        inline_bytes: int = 0,
         open_sink: Callable[[int], Awaitable[ContentSink]] | None = None,
         before_content: Callable[[MessageType, Mapping[PacketType, bytes]], None] | None = None,
+        before_read: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.reader = reader
         self.max_content_bytes = max_content_bytes
         self.timeout = timeout
         self.min_rate = min_rate
+        self.inline_bytes = inline_bytes
         self.open_sink = open_sink
         self.before_content = before_content
-        self.started = False  # inside a message: its first byte has been read
+        self.before_read = before_read
+        self._buffer = bytearray()
+        self._at = 0  # where the unread part of the buffer starts
 
-    async def read_message(self, first: bytes, deadline: float | None = None) -> Incoming:
-        """The rest of the message whose first byte ``first`` the caller read."""
-        self.started = True
-        header = first + await self._exactly(
-            MESSAGE_HEADER_BYTES - len(first), "message header", deadline
-        )
-        message_type, count = parse_message_header(header)
-        message = Incoming(message_type)
-        seen: set[PacketType] = set()
-        for _ in range(count):
-            raw = await self._exactly(PACKET_HEADER_BYTES, "packet header", deadline)
-            packet_type, length = parse_packet_header(raw, message_type)
-            if packet_type in seen:
-                raise ProtocolError(
-                    "duplicate_packet", f"packet type {packet_type.value:02d} twice"
-                )
-            seen.add(packet_type)
-            if packet_type is PacketType.CONTENT:
-                if length > self.max_content_bytes:
-                    raise ProtocolError(
-                        "too_large",
-                        f"content of {length} bytes over the limit of {self.max_content_bytes}",
-                    )
-                if self.before_content is not None:
-                    self.before_content(message_type, message.fields)
-                message.content = await self._content(length)
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet read as (part of) a message."""
+        return len(self._buffer) - self._at
+
+    async def wait(self, stop: asyncio.Future[None], deadline: float | None) -> bool:
+        """Until the next message's first byte is here: True; False at the end of the
+        stream or once ``stop`` is done. TimeoutError past ``deadline`` (a loop time)."""
+        if self.buffered:
+            return True
+        if self.before_read is not None:
+            await self.before_read()
+        if stop.done():  # what was received is handled; nothing more is read
+            return False
+        timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
+        read = asyncio.ensure_future(self.reader.read(READ_BYTES))
+        await asyncio.wait({read, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not read.done():
+            read.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await read
+            if not stop.done():
+                raise TimeoutError
+            return False
+        data = read.result()
+        self._take(data)
+        return bool(data)
+
+    async def read_message(self, deadline: float | None = None) -> Incoming:
+        """The next message (its first byte may still be on its way). What the buffer
+        holds is taken at once (``_advance``); only what is missing is waited for."""
+        progress = _Progress()
+        while (need := self._advance(progress)) is not None:
+            count, what = need
+            if what == STREAM:
+                await self._stream(progress)
+            elif what == "content":
+                await self._fill(count, what, progress.content_deadline)
             else:
-                if length > MAX_FIELD_BYTES:
-                    raise ProtocolError(
-                        "too_large",
-                        f"packet type {packet_type.value:02d} of {length} bytes "
-                        f"(at most {MAX_FIELD_BYTES})",
-                    )
-                message.fields[packet_type] = await self._exactly(length, "packet", deadline)
-        missing = SHAPES[message_type].required - seen
-        if missing:
-            names = ", ".join(f"{p.value:02d}" for p in sorted(missing))
-            raise ProtocolError(
-                "missing_packet", f"message type {message_type.value:03d} without packet {names}"
-            )
-        self.started = False
-        return message
+                await self._fill(count, what, deadline)
+        assert progress.message is not None
+        return progress.message
 
-    async def _content(self, length: int) -> ContentSink | bytes:
-        deadline = None
+    def _advance(self, progress: _Progress) -> tuple[int, str] | None:
+        """Take as much of the message as the buffer holds: None once it is whole, else
+        the bytes its next piece needs and what that is (``STREAM``: a large content)."""
+        while True:
+            message = progress.message
+            if message is None:
+                if self.buffered < MESSAGE_HEADER_BYTES:
+                    return MESSAGE_HEADER_BYTES, "message header"
+                message_type, progress.left = parse_message_header(
+                    self._take_bytes(MESSAGE_HEADER_BYTES)
+                )
+                message = progress.message = Incoming(message_type)
+            if progress.packet is None:
+                if not progress.left:
+                    missing = SHAPES[message.type].required - progress.seen
+                    if missing:
+                        names = ", ".join(f"{p.value:02d}" for p in sorted(missing))
+                        raise ProtocolError(
+                            "missing_packet",
+                            f"message type {message.type.value:03d} without packet {names}",
+                        )
+                    return None
+                if self.buffered < PACKET_HEADER_BYTES:
+                    return PACKET_HEADER_BYTES, "packet header"
+                raw = self._take_bytes(PACKET_HEADER_BYTES)
+                progress.packet = self._packet(message, progress, raw)
+            packet_type, length = progress.packet
+            if packet_type is PacketType.CONTENT:
+                if self.open_sink is not None and length > self.inline_bytes:
+                    return length, STREAM
+                if self.buffered < length:
+                    return length, "content"
+                message.content, message.size = self._take_bytes(length), length
+            else:
+                if self.buffered < length:
+                    return length, "packet"
+                message.fields[packet_type] = self._take_bytes(length)
+            progress.packet = None
+            progress.left -= 1
+
+    def _packet(
+        self, message: Incoming, progress: _Progress, raw: bytes
+    ) -> tuple[PacketType, int]:
+        """A packet header, checked; a content packet's is the sender's last chance to
+        be refused before a byte of the content arrives."""
+        packet_type, length = parse_packet_header(raw, message.type)
+        if packet_type in progress.seen:
+            raise ProtocolError("duplicate_packet", f"packet type {packet_type.value:02d} twice")
+        progress.seen.add(packet_type)
+        if packet_type is not PacketType.CONTENT:
+            if length > MAX_FIELD_BYTES:
+                raise ProtocolError(
+                    "too_large",
+                    f"packet type {packet_type.value:02d} of {length} bytes "
+                    f"(at most {MAX_FIELD_BYTES})",
+                )
+            return packet_type, length
+        if length > self.max_content_bytes:
+            raise ProtocolError(
+                "too_large",
+                f"content of {length} bytes over the limit of {self.max_content_bytes}",
+            )
+        if self.before_content is not None:
+            self.before_content(message.type, message.fields)
         if self.min_rate > 0:
-            deadline = asyncio.get_running_loop().time() + self.timeout + length / self.min_rate
-        if self.open_sink is None:
-            return await self._exactly(length, "content", deadline)
+            progress.content_deadline = (
+                asyncio.get_running_loop().time() + self.timeout + length / self.min_rate
+            )
+        return packet_type, length
+
+    async def _stream(self, progress: _Progress) -> None:
+        """A large content, written to its sink piece by piece as it arrives."""
+        assert progress.message is not None and progress.packet is not None
+        assert self.open_sink is not None
+        length = progress.packet[1]
         sink = await self.open_sink(length)
         left = length
         while left:
-            chunk = await self._exactly(min(left, CHUNK_BYTES), "content", deadline)
+            if not self.buffered:
+                await self._fill(1, "content", progress.content_deadline)
+            chunk = self._take_bytes(min(left, self.buffered, CHUNK_BYTES))
             await sink.write(chunk)
             left -= len(chunk)
-        return sink
+        progress.message.content, progress.message.size = sink, length
+        progress.packet = None
+        progress.left -= 1
 
-    async def _exactly(self, count: int, what: str, deadline: float | None = None) -> bytes:
-        if count == 0:
-            return b""
-        timeout = self.timeout
-        if deadline is not None:
-            timeout = min(timeout, deadline - asyncio.get_running_loop().time())
-        try:
-            return await asyncio.wait_for(self.reader.readexactly(count), max(timeout, 0.0))
-        except asyncio.IncompleteReadError as exc:
-            raise ProtocolError(
-                "truncated", f"connection ended in a {what} ({len(exc.partial)} of {count} bytes)"
-            ) from None
-        except TimeoutError:
-            raise ProtocolError(
-                "timeout", f"{what} not read within its deadline ({timeout:.3g} s left)"
-            ) from None
+    def _take_bytes(self, count: int) -> bytes:
+        at = self._at
+        self._at = at + count
+        return bytes(self._buffer[at : at + count])
+
+    async def _fill(self, count: int, what: str, deadline: float | None) -> None:
+        """Read until ``count`` bytes are buffered (``before_read`` before each read)."""
+        while self.buffered < count:
+            if self.before_read is not None:
+                await self.before_read()
+            timeout = self.timeout
+            if deadline is not None:
+                timeout = min(timeout, deadline - asyncio.get_running_loop().time())
+            try:
+                data = await asyncio.wait_for(self.reader.read(READ_BYTES), max(timeout, 0.0))
+            except TimeoutError:
+                raise ProtocolError(
+                    "timeout", f"{what} not read within its deadline ({timeout:.3g} s left)"
+                ) from None
+            if not data:
+                raise ProtocolError(
+                    "truncated",
+                    f"connection ended in a {what} ({self.buffered} of {count} bytes)",
+                )
+            self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        if self._at:  # drop what was read, so the buffer holds one read and a part message
+            del self._buffer[: self._at]
+            self._at = 0
+        self._buffer += data

@@ -107,6 +107,14 @@ class Settings:
     # A content packet's deadline: the frame timeout plus 1 s per this many bytes.
     min_rate: int = env_field("ZOSCII_PHPMQ_MIN_RATE", 10_000, minimum=1)
     threads: int = env_field("ZOSCII_PHPMQ_THREADS", 16, minimum=1, maximum=256)
+    # A connection's messages read back to back are committed together before it reads
+    # on; a group holds at most this many messages (001s; 004s apart) and content bytes.
+    commit_messages: int = env_field(
+        "ZOSCII_PHPMQ_COMMIT_MESSAGES", 1000, minimum=1, maximum=4096
+    )
+    commit_bytes: int = env_field(
+        "ZOSCII_PHPMQ_COMMIT_BYTES", 1 << 20, minimum=1, maximum=256 << 20
+    )
     # Message ids remembered after their connection closed (an ack after a reconnect).
     max_ids: int = env_field("ZOSCII_PHPMQ_MAX_IDS", 100_000, minimum=0)
     # On SIGTERM: how long messages being handled may take before the connections close.
