@@ -245,6 +245,8 @@ class ConsumerGroups:
         order, then requeued ones whose turn came. Expired or worn-out messages found on
         the way go to the dead letters."""
         limit = self.deliveries_limit(queue)
+        directory = str(self.data_dir.queue_dir(clean_queue(queue)))
+        consumer = consumer if _CONSUMER.fullmatch(consumer) else "-"
 
         def lease_some(state: _State, writer: _LogWriter) -> list[Delivery]:
             deliveries: list[Delivery] = []
@@ -255,6 +257,7 @@ class ConsumerGroups:
                 delivery = self._lease(
                     queue,
                     group,
+                    directory,
                     state,
                     writer,
                     name,
@@ -619,6 +622,7 @@ class ConsumerGroups:
         self,
         queue: str,
         group: str,
+        directory: str,
         state: _State,
         writer: _LogWriter,
         name: str,
@@ -641,10 +645,7 @@ class ConsumerGroups:
             self._bury(queue, group, state, writer, name, "max_deliveries")
             return None
         try:
-            fd = os.open(
-                os.path.join(self.data_dir.queue_dir(queue), name),
-                os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-            )
+            fd = os.open(f"{directory}/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except (FileNotFoundError, ValueError):  # deleted by retention meanwhile (or a
             # record a power loss zeroed, as QueueStore._open_after): nothing to deliver
             del state.open[name]
@@ -652,8 +653,6 @@ class ConsumerGroups:
             return None
         if entry.deliveries:
             state.redelivered += 1
-        if not _CONSUMER.fullmatch(consumer):
-            consumer = "-"
         entry.deliveries += 1
         entry.token = secrets.token_hex(16)
         entry.lease_until = now + lease
