@@ -5,6 +5,7 @@ rules decide and its errors are shown."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import threading
@@ -30,7 +31,7 @@ from zoscii_statissa.scan import scan_locally
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zoscii_statissa.web import create_app
-from zosciimq.access import AccessControl
+from zosciimq.access import AccessControl, operator_client
 from zosciimq.access import Client as AccessClient
 from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir, QueueStore, browse
@@ -39,6 +40,7 @@ from zosciimq.settings import SettingsError
 QUEUE = "orders"
 ADMIN = "admin-token-" + "a" * 24
 VIEWER = "viewer-token-" + "v" * 24
+OPS = "operator-token-" + "o" * 24  # ZOSCII_ADMIN_TOKEN_SHA256's, access control off
 ORIGIN = "http://localhost"
 
 
@@ -93,6 +95,11 @@ class Console:
 
 def _auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    """What a browser sends once its prompt was answered."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 def _token(page: str) -> str:
@@ -248,35 +255,51 @@ def test_a_post_from_another_site_is_refused(
         assert len(console.left()) == 5
 
 
-def test_without_access_control_the_api_judges_the_operators_address(root: Path) -> None:
+def test_without_access_control_the_operator_signs_in_with_the_token(root: Path) -> None:
+    """The compose stack as make up starts it: no access control, the operator's token
+    (issue 29). The pages are open; the buttons need the token, which the browser is
+    asked for at /login (Basic, user admin) and then sends with every page."""
     DataDir(root).ensure()
-    # statissa on this host is the api's trusted proxy: the api judges the address
-    # statissa saw, against ZOSCII_ADMIN_ALLOW (loopback)
-    api = Api(root, trusted_proxies=("127.0.0.1/32",))
+    api = Api(
+        root, access=AccessControl([], operator_client(hashlib.sha256(OPS.encode()).hexdigest()))
+    )
     try:
         console = Console(root, api.url)
-        local = console.client.get(f"/queues/{QUEUE}")
-        assert 'id="purge"' in local.text
-        remote = {"REMOTE_ADDR": "203.0.113.9"}
-        # a header the browser sends is not passed on: it could claim to be loopback
-        page = console.client.get(
-            f"/queues/{QUEUE}", environ_base=remote, headers={"X-Forwarded-For": "127.0.0.1"}
-        )
-        assert 'id="purge"' not in page.text and "ZOSCII_ADMIN_ALLOW" in page.text
-        token = console.tokens.issue("purge", QUEUE, "", credential(None))
-        refused = console.client.post(
-            f"/queues/{QUEUE}/admin/purge",
-            data={"token": token, "before": "", "confirm": QUEUE},
-            headers={"Origin": ORIGIN, "X-Forwarded-For": "127.0.0.1"},
-            environ_base=remote,
-        )
-        assert refused.status_code == 403 and len(console.left()) == 5
-        done = console.client.post(
-            f"/queues/{QUEUE}/admin/purge",
-            data={"token": token, "before": "", "confirm": QUEUE},
-            headers={"Origin": ORIGIN},
-        )
+        page = console.client.get(f"/queues/{QUEUE}")
+        assert page.status_code == 200 and 'id="purge"' not in page.text
+        assert f'href="../login?queue={QUEUE}"' in page.text and "operator's token" in page.text
+
+        challenge = console.client.get(f"/login?queue={QUEUE}")
+        assert challenge.status_code == 401
+        assert challenge.headers["WWW-Authenticate"].startswith('Basic realm="ZOSCII MQ admin"')
+        assert "user name <b>admin</b>" in challenge.text
+        wrong = console.client.get(f"/login?queue={QUEUE}", headers=_basic("admin", "guess"))
+        assert wrong.status_code == 401 and "did not accept" in wrong.text  # asked again
+        operator = _basic("admin", OPS)
+        signed_in = console.client.get(f"/login?queue={QUEUE}", headers=operator)
+        assert signed_in.status_code == 303 and signed_in.headers["Location"] == f"queues/{QUEUE}"
+        assert console.client.get("/login?queue=nope", headers=operator).status_code == 404
+
+        page = console.client.get(f"/queues/{QUEUE}", headers=operator)
+        assert 'id="purge"' in page.text
+        confirm = console.client.get(f"/queues/{QUEUE}/admin/purge", headers=operator)
+        data = {"token": _token(confirm.text), "before": "", "confirm": QUEUE}
+        done = _post(console, "purge", data, None, **operator)
         assert done.status_code == 200 and console.left() == []
+
+        # a confirmation page opened without the token says where to sign in
+        bare = console.client.get(f"/queues/{QUEUE}/admin/delete")
+        assert bare.status_code == 403 and f'href="../../../login?queue={QUEUE}"' in bare.text
+        # without the token the relayed delete is the api's to refuse, whatever it claims
+        refused = console.client.post(
+            f"/queues/{QUEUE}/admin/delete",
+            data={
+                "token": console.tokens.issue("delete", QUEUE, "", credential(None)),
+                "confirm": QUEUE,
+            },
+            headers={"Origin": ORIGIN, "X-Forwarded-For": "127.0.0.1"},
+        )
+        assert refused.status_code == 403 and console.data_dir.queue_dir(QUEUE).is_dir()
     finally:
         api.close()
 

@@ -17,6 +17,7 @@ from werkzeug.exceptions import HTTPException
 
 from zoscii_api.actions import Actions
 from zoscii_api.admin import AdminActions
+from zoscii_api.audit import Audit
 from zoscii_api.endpoint import Endpoint, error_response
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.ratelimit import Admission
@@ -40,6 +41,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     if problem:
         log.error("data directory not usable: %s", problem)
     metrics = ApiMetrics()
+    audit = Audit(metrics)
     queues = QueueStore(
         data_dir,
         clock=clock,
@@ -60,7 +62,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         metrics=metrics,
         watcher=watcher,
         work=WorkActions(settings, groups, metrics, watcher),
-        admin=AdminActions(QueueAdmin(data_dir, queues, groups), watcher),
+        admin=AdminActions(QueueAdmin(data_dir, queues, groups), watcher, audit),
     )
     admission = Admission(
         settings.access,
@@ -68,7 +70,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         burst=settings.rate_burst,
         trusted_proxies=settings.trusted_proxies,
     )
-    endpoint = Endpoint(settings, data_dir, actions, admission, metrics)
+    endpoint = Endpoint(settings, data_dir, actions, admission, metrics, audit)
     app = Flask(__name__)
     app.config["ZOSCII_SETTINGS"] = settings
     app.wsgi_app = endpoint.mount(app.wsgi_app)  # type: ignore[method-assign]

@@ -24,7 +24,8 @@ from typing import Any
 from werkzeug.wrappers import Request
 
 from zoscii_api.actions import Actions
-from zoscii_api.admin import AdminAllow
+from zoscii_api.admin import AdminGate
+from zoscii_api.audit import Audit, queue_label
 from zoscii_api.auth import ADMIN_ACTIONS, Client
 from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
@@ -81,9 +82,12 @@ class Endpoint:
         actions: Actions,
         admission: Admission,
         metrics: ApiMetrics,
+        audit: Audit,
     ) -> None:
         self.settings = settings
-        self.admin_allow = AdminAllow(settings.admin_allow)
+        self.admin_gate = AdminGate(
+            settings.access, settings.admin_allow, admission.addresses, audit
+        )
         self.data_dir = data_dir
         self.actions = actions
         self.admission = admission
@@ -240,23 +244,20 @@ class Endpoint:
         if action in WRITE_ACTIONS:
             if self.settings.read_only:
                 raise ReadOnly(READ_ONLY)
-            if request.method == "HEAD":
+            if request.method == "HEAD" and action not in ADMIN_ACTIONS:  # those: POST
                 raise WrongMethod(f"Action '{action}' changes data: use GET or POST, not HEAD.")
         queue = None
         if action in QUEUE_ACTIONS:
             if raw_queue is None and client is None:
                 return  # a missing q is reported by the action itself
             queue = environ["zoscii.queue"] = self.actions.check_queue(action, raw_queue)
-        if client is not None:
+        if action in ADMIN_ACTIONS:
+            admin_queue = queue_label(raw_queue)
+            if admin_queue:  # for the access line (the action checks the name itself)
+                environ["zoscii.queue"] = admin_queue
+            self.admin_gate.admit(environ, action, admin_queue, client)
+        elif client is not None:
             self.settings.access.authorize(client, action, queue)
-        elif action in ADMIN_ACTIONS:
-            # No access control: the peer's address decides (REMOTE_ADDR, or the
-            # forwarded client when the peer is in ZOSCII_TRUSTED_PROXIES).
-            self.admin_allow.check(
-                self.admission.addresses.of(
-                    environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR")
-                )
-            )
 
     def _volume_fault(self, exc: OSError, action: str) -> Answer:
         """An OSError the core does not classify: 503 when the data volume cannot take

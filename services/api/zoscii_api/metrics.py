@@ -62,6 +62,18 @@ class ApiMetrics:
         self.fetched = Counter(
             "zoscii_api_messages_fetched", "Messages fetched", ["queue"], registry=r
         )
+        self.admin_actions = Counter(
+            "zoscii_api_admin_actions",
+            "Admin actions (queues, purge, delete, replay) by outcome: done, failed, refused",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.admin_removed = Counter(
+            "zoscii_api_admin_removed_messages",
+            "Messages removed by purge and delete",
+            ["action"],
+            registry=r,
+        )
 
         # labels() takes a lock and builds a key on every call; an answered request's
         # children are looked up here instead (actions and statuses are bounded sets).
@@ -88,6 +100,12 @@ class ApiMetrics:
             self._message_counters[(action, queue)] = counters
         counters[0].inc(messages)
         counters[1].inc(size)
+
+    def admin_action(self, action: str, outcome: str, *, removed: int = 0) -> None:
+        """Count one admin action (``zoscii_api.audit``) and the messages it removed."""
+        self.admin_actions.labels(action, outcome).inc()
+        if removed:
+            self.admin_removed.labels(action).inc(removed)
 
     def answered(self, action: str, status: int, seconds: float, waited: float) -> None:
         """Count one answered request: ``seconds`` to answer it, ``waited`` of them in a

@@ -32,10 +32,9 @@ ACTIONS = (
 # The actions on one queue, checked against the client's patterns: publish against its
 # write patterns, the others (reading, and working through a consumer group) its read.
 QUEUE_ACTIONS = frozenset({"publish", "fetch", "consume", "ack", "requeue", "deadletter", "extend"})
-# Operators' actions on whole queues (zoscii_api.admin): the "admin" right with access
-# control on, otherwise only from the addresses of ZOSCII_ADMIN_ALLOW (ADMIN_ACTIONS,
-# from zosciimq.access).
-LOOPBACK = ("127.0.0.1/32", "::1/128")
+# Operators' actions on whole queues (zoscii_api.admin, ADMIN_ACTIONS from
+# zosciimq.access): a credential always (the "admin" right, or the operator's token
+# ZOSCII_ADMIN_TOKEN_SHA256), and an address of ZOSCII_ADMIN_ALLOW when that is set.
 
 
 def _actions(raw: str) -> frozenset[str]:
@@ -61,7 +60,7 @@ def _networks(raw: str, variable: str = "ZOSCII_TRUSTED_PROXIES") -> tuple[str, 
 
 
 def _admin_allow(raw: str) -> tuple[str, ...]:
-    """CIDR list; ``none``: admin actions need access control's "admin" right."""
+    """CIDR list the admin actions are further restricted to; ``none``: nobody."""
     if raw.strip().lower() == "none":
         return ()
     return _networks(raw, "ZOSCII_ADMIN_ALLOW")
@@ -93,9 +92,10 @@ class ApiSettings:
     trusted_proxies: tuple[str, ...] = env_field(
         "ZOSCII_TRUSTED_PROXIES", (), parse=_networks
     )  # peers whose X-Forwarded-For is believed
-    # Without access control, the admin actions answer only these peers (CIDR list,
-    # "none" for nobody); the address is REMOTE_ADDR, or through ZOSCII_TRUSTED_PROXIES.
-    admin_allow: tuple[str, ...] = env_field("ZOSCII_ADMIN_ALLOW", LOOPBACK, parse=_admin_allow)
+    # Admin actions, besides their credential, only from these addresses (CIDR list,
+    # "none" for nobody; unset: from anywhere); the address is REMOTE_ADDR, or through
+    # ZOSCII_TRUSTED_PROXIES.
+    admin_allow: tuple[str, ...] | None = env_field("ZOSCII_ADMIN_ALLOW", None, parse=_admin_allow)
     header_timeout_seconds: int = env_field("ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1)
     # A keep-alive client that came back this quickly last time is waited for on its
     # thread instead of the poller (zoscii_api.worker); 0 turns that off.

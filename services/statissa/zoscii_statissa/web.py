@@ -13,7 +13,8 @@ and /metrics needs the right ``statistics``: it names every queue and group. /he
 and /metrics stay open, for orchestrators and Prometheus, which carry no credentials
 (put the port behind a network boundary when queue names in metrics are a secret).
 A message's page also needs the queue's read right (``message_page``); the admin actions
-are the api's to allow (``admin_pages``, ``relay``).
+are the api's to allow (``admin_pages``, ``relay``; /login asks a browser for the
+operator's token when access control is off).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from zosciimq.service.ops import StartResponse, WsgiApp, ops_app
 log = logging.getLogger(__name__)
 
 REFRESH = "/refresh"  # POST only (as the admin forms under QUEUES)
+LOGIN = "/login"  # signing in for the admin actions (admin_pages.AdminPanel.sign_in)
 STATISTICS = "statistics"  # the right the page, /stats.json and /refresh need
 QUEUES = "/queues/"  # the queue pages: /queues/<name>
 CLIENT = "zoscii.client"  # where ``guarded`` leaves the authenticated client (environ)
@@ -86,7 +88,7 @@ def create_app(
     ops = ops_app(
         partial(health, keeper, data_dir),
         build_registry(keeper),
-        {"/": pages, "/stats.json": pages, "/history.json": pages},
+        {"/": pages, "/stats.json": pages, "/history.json": pages, LOGIN: pages},
     )
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -209,6 +211,14 @@ def create_pages(
             log.warning("cannot read %s/%s: %s", name, message, exc)
             return html(message_page.render(name, message, None, error=str(exc)), 500)
         return html(message_page.render(name, message, peeked))
+
+    @app.get(LOGIN)
+    def login() -> tuple[Response, int]:
+        name = request.args.get("queue", "")
+        if not known_queue(name):
+            return Response("no such queue\n", mimetype="text/plain"), 404
+        shown = admin.sign_in(request.environ, name)
+        return Response(shown.html, mimetype="text/html", headers=shown.headers), shown.status
 
     @app.get(f"{QUEUES}<name>/admin/<action>")
     def confirm(name: str, action: str) -> tuple[Response, int]:
