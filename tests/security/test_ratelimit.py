@@ -100,7 +100,7 @@ def test_settings(tmp_path: Path) -> None:
     assert settings.trusted_proxies == ("127.0.0.1", "10.0.0.0/8")
     assert ApiSettings.from_env({}).rate_limit == 0  # off by default
     with pytest.raises(SettingsError, match="ZOSCII_TRUSTED_PROXIES"):
-        ApiSettings.from_env({"ZOSCII_TRUSTED_PROXIES": "proxy.example.com"})
+        ApiSettings.from_env({"ZOSCII_TRUSTED_PROXIES": "proxy.example.com/24"})
     with pytest.raises(SettingsError, match="ZOSCII_RATE_LIMIT"):
         ApiSettings.from_env({"ZOSCII_RATE_LIMIT": "-1"})
 

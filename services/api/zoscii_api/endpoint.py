@@ -6,7 +6,9 @@ contexts and response finalising cost about as much as gunicorn itself (measured
 bare werkzeug handler answers 1.6x the requests of the same handler as a Flask view)
 and buy nothing here: the endpoint is a single URL whose dispatch is by parameter, and
 every publish and fetch goes through it. The operations routes (/healthz, /metrics,
-/openapi.yaml) stay Flask views.
+/openapi.yaml) stay Flask views. With ``ZOSCII_DIRECT_ACCESS=local`` (the default) the
+endpoint answers only peers of this host's networks and trusted proxies
+(``addresses.DirectPeers``): the api's own port is not the public one.
 
 Request flow, one way: HTTP (this module, params, responses) -> actions -> core -> disk.
 """
@@ -24,6 +26,7 @@ from typing import Any
 from werkzeug.wrappers import Request
 
 from zoscii_api.actions import Actions
+from zoscii_api.addresses import DirectPeers, attached_networks
 from zoscii_api.admin import AdminGate
 from zoscii_api.audit import Audit, queue_label
 from zoscii_api.auth import ADMIN_ACTIONS, Client
@@ -36,6 +39,7 @@ from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
 from zoscii_api.waiting import WAITED
 from zosciimq.core import DataDir, Upload
 from zosciimq.errors import (
+    Forbidden,
     InvalidInput,
     ReadOnly,
     TooLarge,
@@ -63,6 +67,10 @@ WRITE_ACTIONS = frozenset(
     }
 )
 WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.yaml\n"
+NOT_PUBLIC = (
+    "This is the api's own port, for this host and its network: clients use the proxy in "
+    "front of it (ZOSCII_DIRECT_ACCESS=public makes this port public)."
+)
 READ_ONLY = "This server serves a read-only copy: writes are refused."
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]+")
@@ -87,6 +95,11 @@ class Endpoint:
         self.settings = settings
         self.admin_gate = AdminGate(
             settings.access, settings.admin_allow, admission.addresses, audit
+        )
+        self.direct_peers = (
+            DirectPeers(attached_networks(), admission.addresses.trusted)
+            if settings.direct_access == "local"
+            else None
         )
         self.data_dir = data_dir
         self.actions = actions
@@ -141,6 +154,11 @@ class Endpoint:
     def _handle(self, request: Request) -> Answer:
         environ = request.environ
         settings = self.settings
+        if self.direct_peers is not None and not self.direct_peers.allows(
+            environ.get("REMOTE_ADDR")
+        ):
+            environ["zoscii.action"] = "invalid"
+            raise Forbidden(NOT_PUBLIC)
         raw_query = environ.get("QUERY_STRING", "").encode("latin-1")
         query = query_fields(raw_query, settings.max_field_bytes)
         client = self.admission.admit(environ, environ.get("HTTP_AUTHORIZATION"))
