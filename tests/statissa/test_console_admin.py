@@ -26,6 +26,7 @@ from tests.support.queues import publish_body
 from zoscii_statissa.admin_pages import AdminPanel
 from zoscii_statissa.compute import compute_snapshot
 from zoscii_statissa.forms import TOKEN_SECONDS, FormTokens, credential
+from zoscii_statissa.hosts import KnownHosts
 from zoscii_statissa.relay import ApiRelay
 from zoscii_statissa.scan import scan_locally
 from zoscii_statissa.settings import Settings
@@ -73,7 +74,13 @@ class Api:
 class Console:
     """statissa's app relaying to ``api``; ``names``: what was published to QUEUE."""
 
-    def __init__(self, root: Path, api_url: str | None, access: AccessControl | None = None):
+    def __init__(
+        self,
+        root: Path,
+        api_url: str | None,
+        access: AccessControl | None = None,
+        hosts: KnownHosts | None = None,
+    ):
         self.data_dir = DataDir(root)
         self.clock = Clock(NOW)
         queues = QueueStore(self.data_dir, self.clock)
@@ -87,7 +94,9 @@ class Console:
         self.tokens = FormTokens()
         relay = ApiRelay(api_url, 10) if api_url else None
         self.panel = AdminPanel(relay, self.tokens)
-        self.client = Client(create_app(keeper, self.data_dir, access, admin=self.panel))
+        self.client = Client(
+            create_app(keeper, self.data_dir, access, admin=self.panel, hosts=hosts)
+        )
 
     def left(self) -> list[str]:
         return [m.name for m in browse.latest(self.data_dir, QUEUE, 100).messages]
@@ -302,6 +311,72 @@ def test_without_access_control_the_operator_signs_in_with_the_token(root: Path)
         assert refused.status_code == 403 and console.data_dir.queue_dir(QUEUE).is_dir()
     finally:
         api.close()
+
+
+@pytest.mark.parametrize(
+    ("host", "answered"),
+    [
+        ("localhost", True),
+        ("localhost:9103", True),
+        ("127.0.0.1:9103", True),
+        ("[::1]:9103", True),
+        ("172.18.0.1:32768", True),  # the tests' own way in: an IP address
+        ("console.example.com", True),  # configured (ZOSCII_STATISSA_PUBLIC_ORIGINS)
+        ("evil.example", False),  # DNS rebinding: a name nobody configured
+        ("evil.example:9103", False),
+        ("console.example.com:444", False),  # not as configured
+        ("localhost.evil.example", False),
+        ("", False),
+    ],
+)
+def test_only_known_hosts_are_answered(root: Path, host: str, answered: bool) -> None:
+    """Issue 27: Host: evil.example with Origin: http://evil.example purged a queue."""
+    DataDir(root).ensure()
+    api = Api(
+        root, access=AccessControl([], operator_client(hashlib.sha256(OPS.encode()).hexdigest()))
+    )
+    try:
+        console = Console(root, api.url, hosts=KnownHosts(("https://console.example.com",)))
+        operator = {**_basic("admin", OPS), "Host": host}
+        confirm = console.client.get(f"/queues/{QUEUE}/admin/purge", headers=operator)
+        pages = [console.client.get(path, headers={"Host": host}) for path in ("/", "/stats.json")]
+        if not answered:
+            assert confirm.status_code == 421 and "ZOSCII_STATISSA_PUBLIC_ORIGINS" in confirm.text
+            assert all(p.status_code == 421 for p in pages)
+            token = console.tokens.issue("purge", QUEUE, "", credential(operator["Authorization"]))
+            posted = console.client.post(
+                f"/queues/{QUEUE}/admin/purge",
+                data={"token": token, "before": "", "confirm": QUEUE},
+                headers={**operator, "Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"},
+            )
+            assert posted.status_code == 421 and len(console.left()) == 5
+        else:
+            assert confirm.status_code == 200 and all(p.status_code != 421 for p in pages)
+            data = {"token": _token(confirm.text), "before": "", "confirm": QUEUE}
+            scheme = "https" if host == "console.example.com" else "http"
+            posted = console.client.post(
+                f"/queues/{QUEUE}/admin/purge",
+                data=data,
+                headers={**operator, "Origin": f"{scheme}://{host}"},
+            )
+            assert posted.status_code == 200 and console.left() == []
+        # what Prometheus and the orchestrator ask stays open, whatever the name
+        assert console.client.get("/healthz", headers={"Host": host}).status_code == 200
+        assert console.client.get("/metrics", headers={"Host": host}).status_code == 200
+    finally:
+        api.close()
+
+
+def test_public_origins_are_a_setting() -> None:
+    assert Settings.from_env({}).public_origins == ()
+    env = {"ZOSCII_STATISSA_PUBLIC_ORIGINS": "https://console.example.com, http://10.0.0.5:9103"}
+    assert Settings.from_env(env).public_origins == (
+        "https://console.example.com",
+        "http://10.0.0.5:9103",
+    )
+    for bad in ("console.example.com", "https://x/path", "ftp://x", "https://u:p@x"):
+        with pytest.raises(SettingsError, match="ZOSCII_STATISSA_PUBLIC_ORIGINS"):
+            Settings.from_env({"ZOSCII_STATISSA_PUBLIC_ORIGINS": bad})
 
 
 def test_without_an_api_url_there_are_no_admin_actions(root: Path) -> None:

@@ -14,7 +14,8 @@ and /metrics stay open, for orchestrators and Prometheus, which carry no credent
 (put the port behind a network boundary when queue names in metrics are a secret).
 A message's page also needs the queue's read right (``message_page``); the admin actions
 are the api's to allow (``admin_pages``, ``relay``; /login asks a browser for the
-operator's token when access control is off).
+operator's token when access control is off). Every request but /healthz and /metrics
+must name the console by a known host (``hosts``: DNS rebinding).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from zoscii_statissa.console import (
     window,
 )
 from zoscii_statissa.history import History, HistoryPoint
+from zoscii_statissa.hosts import KnownHosts
 from zoscii_statissa.message_page import PEEK_BYTES, MessagePage
 from zoscii_statissa.relay import ApiRelay
 from zoscii_statissa.report import ReportPage
@@ -77,13 +79,16 @@ def create_app(
     *,
     history: History | None = None,
     admin: AdminPanel | None = None,
+    hosts: KnownHosts | None = None,
 ) -> WsgiApp:
     """Everything statissa serves, as one WSGI app. ``history``: the one the computation
     appends to (read from the volume when not given); ``admin``: the admin actions (off
+    when not given); ``hosts``: the names it answers to (IP addresses and localhost
     when not given)."""
     history = history if history is not None else History(data_dir)
     access = access or AccessControl([])
     admin = admin if admin is not None else AdminPanel(None)
+    hosts = hosts if hosts is not None else KnownHosts()
     pages = guarded(create_pages(keeper, data_dir, history, access, admin), access)
     ops = ops_app(
         partial(health, keeper, data_dir),
@@ -92,6 +97,10 @@ def create_app(
     )
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        refusal = hosts.refusal(environ)
+        if refusal is not None:
+            log.info("refused a request for host %r", str(environ.get("HTTP_HOST"))[:100])
+            return _deny(start_response, "421 Misdirected Request", refusal)
         path = environ.get("PATH_INFO", "")
         if path == REFRESH or path.startswith(QUEUES):
             return pages(environ, start_response)
