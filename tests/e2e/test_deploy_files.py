@@ -402,3 +402,21 @@ def test_the_cloud_templates_put_the_proxy_in_front() -> None:
         template["metadata"]["annotations"]["run.googleapis.com/container-dependencies"]
     )
     assert dependencies[PROXY] == ["api"]
+
+
+def test_prometheus_from_the_host_scrapes_the_api_not_the_proxy() -> None:
+    """Issue 29: it said localhost:8080, the proxy, which answers 404 on /metrics."""
+    text = (REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8")
+    advice = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    compose = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    direct = next(p for p in compose["services"]["api"]["ports"] if p.endswith(":8080"))
+    default = direct.split("ZOSCII_API_DIRECT_PORT:-")[1].split("}")[0]
+    assert f"127.0.0.1:{default}" in advice
+    assert "localhost:8080," not in advice and "use localhost:8080" not in advice
+    targets = [
+        t
+        for job in yaml.safe_load(text)["scrape_configs"]
+        for c in job["static_configs"]
+        for t in c["targets"]
+    ]
+    assert "api:8080" in targets  # on the compose network, the api by name
