@@ -22,6 +22,8 @@ from prometheus_client import (
     multiprocess,
 )
 
+from zosciimq.service.build_info import register_build_info
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 WAIT_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 
@@ -30,6 +32,7 @@ class ApiMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        register_build_info(r, "api")
         self.requests = Counter(
             "zoscii_api_requests",
             "HTTP requests by action and status",
@@ -123,5 +126,6 @@ class ApiMetrics:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
+            register_build_info(registry, "api")  # not a multiprocess metric: per scrape
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from zosciimq.service.build_info import register_build_info
+
 PREFIX = "zoscii_phpmq"
 EVENTS = ("received", "sent", "acked", "requeued", "dead_lettered")
 
@@ -15,6 +17,7 @@ EVENTS = ("received", "sent", "acked", "requeued", "dead_lettered")
 class PhpmqMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        register_build_info(self.registry, "phpmq")
         r = self.registry
         self.open_connections = Gauge(
             f"{PREFIX}_open_connections", "PHPMQ connections open now.", registry=r

@@ -53,7 +53,7 @@ from zosciimq.core import browse
 from zosciimq.core.errors import InvalidInput, MessageNotFound, QueueNotFound
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import is_queue_name
-from zosciimq.service import Health
+from zosciimq.service import Health, register_build_info
 from zosciimq.service.ops import StartResponse, WsgiApp, ops_app
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ CLIENT = "zoscii.client"  # where ``guarded`` leaves the authenticated client (e
 
 def build_registry(keeper: SnapshotKeeper) -> CollectorRegistry:
     registry = CollectorRegistry()
+    register_build_info(registry, "statissa")
     registry.register(StatissaCollector(keeper))
     ProcessCollector(registry=registry)
     return registry
