@@ -26,12 +26,15 @@ CACHE=${ZOSCII_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/zoscii/wheels}
 
 backend="$CACHE/backend-$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-$(sha256sum < "$PINS" | cut -c1-12)"
 mkdir -p "$CACHE"
-if [ ! -f "$backend/.complete" ]; then  # a venv cannot move: made where it stays
-  rm -rf "$backend"
-  "$PYTHON" -m venv "$backend"
-  "$backend/bin/pip" install --quiet --disable-pip-version-check -r "$PINS"
-  touch "$backend/.complete"
-fi
+(
+  flock 9  # builds may run at once (wheelhouse.sh): one makes the backend
+  if [ ! -f "$backend/.complete" ]; then  # a venv cannot move: made where it stays
+    rm -rf "$backend"
+    "$PYTHON" -m venv "$backend"
+    "$backend/bin/pip" install --quiet --disable-pip-version-check -r "$PINS"
+    touch "$backend/.complete"
+  fi
+) 9>"$backend.lock"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -109,7 +109,7 @@ build_sdist() {  # requirement (name==version)
       mv "$out.new" "$out"
       log "built $req in $((SECONDS - t))s (kept in $out)"
     fi
-  ) 9>"$WHEEL_CACHE/.lock"
+  ) 9>"$WHEEL_CACHE/$sum.lock"  # this sdist's: another clone may be building it now
   cp "$out"/*.whl "$POOL/"
   case "$(ls "$out"/*.whl)" in
     *-none-any.whl) ;;
@@ -118,21 +118,34 @@ build_sdist() {  # requirement (name==version)
   rm -rf "$tmp"
 }
 
-# 1. Fetch wheels for the target into the pool. A requirement without a usable wheel
-#    (an sdist-only package) makes pip stop with "No matching distribution found for X":
-#    build X into a wheel on the host (build_sdist) and retry.
+# 1. Fetch wheels for the target into the pool, each requirement on its own, four at a
+#    time. One without a usable wheel (an sdist-only package) is built into a wheel on
+#    the host (build_sdist), all of them at once: pyspark's download and build (about a
+#    minute) is not waited for before gunicorn-h1c's. Then one pass over everything,
+#    from the pool only, checks that nothing is missing.
 t1=$SECONDS
 log "downloading wheels for CPython $PYVER on $ARCH ($(wc -l < "$ALL") requirements)"
-for attempt in $(seq 1 10); do
-  if "${PIP[@]}" download --quiet --no-deps "${TARGET[@]}" \
-       --find-links "$POOL" -d "$POOL" -r "$ALL" 2>"$OUT/.pip.err"; then
-    break
-  fi
-  missing=$(sed -n 's/.*No matching distribution found for \([^ ]*\).*/\1/p' "$OUT/.pip.err" | head -1)
-  if [ -z "$missing" ] || [ "$attempt" = 10 ]; then cat "$OUT/.pip.err" >&2; exit 1; fi
-  log "no wheel on the index for $missing"
-  build_sdist "$missing"
-done
+rm -f "$OUT/.missing"
+while read -r req; do
+  while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n || true; done
+  ( "${PIP[@]}" download --quiet --no-deps "${TARGET[@]}" --find-links "$POOL" -d "$POOL" \
+      "$req" 2>/dev/null || echo "$req" >> "$OUT/.missing" ) &
+done < "$ALL"
+wait
+if [ -s "$OUT/.missing" ]; then
+  builds=()
+  while read -r missing; do
+    log "no wheel on the index for $missing"
+    build_sdist "$missing" &
+    builds+=($!)
+  done < "$OUT/.missing"
+  for pid in "${builds[@]}"; do wait "$pid" || { log "FAILED: a wheel from an sdist"; exit 1; }; done
+fi
+if ! "${PIP[@]}" download --quiet --no-deps "${TARGET[@]}" --no-index --find-links "$POOL" \
+     -d "$POOL" -r "$ALL" 2>"$OUT/.pip.err"; then
+  cat "$OUT/.pip.err" >&2; exit 1
+fi
+rm -f "$OUT/.missing"
 log "wheels downloaded or built in $((SECONDS - t1))s"
 
 # 2. Per-service directories: the exact set for each requirements file (and the build
