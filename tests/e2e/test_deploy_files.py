@@ -195,6 +195,8 @@ def dockerfile_inputs(service: str) -> list[Path]:
         REPO_ROOT / "services" / service / f"zoscii_{service}",
         *(REPO_ROOT / "services" / service).glob("*.conf.py"),
         REPO_ROOT / "build" / "wheels" / service,  # after deploy/wheelhouse.sh
+        REPO_ROOT / "build" / "wheels" / "common",  # the stages every image shares
+        REPO_ROOT / "build" / "wheels" / "build",
     ]
     files = []
     for root in roots:

@@ -131,7 +131,7 @@ class AdminActions:
     def queues(self, request: Request, params: RequestParams) -> Answer:
         only = params.text("q") or None
         found = self.admin.list_queues(only)
-        self.audit.done(request.environ, "queues", only, listed=len(found))
+        self.audit.done(request.environ, "queues", queue_label(only), listed=len(found))
         return envelope(message=f"{len(found)} queue(s).", result=[_queue(q) for q in found])
 
     def purge(self, request: Request, params: RequestParams) -> Answer:
