@@ -90,62 +90,56 @@ for s in "${SERVICES[@]}"; do cat "$ROOT/services/$s/requirements.txt"; done |
 
 # An sdist built into a wheel on the host, reproducibly (deploy/build-wheel.sh): from the
 # cache when this sdist (by sha256) was built before, on this machine, by any clone.
-build_sdist() {  # requirement (name==version)
-  local req=$1 t=$SECONDS tmp sdist sum out
-  tmp=$(mktemp -d)
-  "${PIP[@]}" download --quiet --no-deps --no-binary :all: -d "$tmp" "$req"
-  sdist=$(ls "$tmp"/*)
+build_sdist() {  # sdist file
+  local sdist=$1 t=$SECONDS sum out name
+  name=$(basename "$sdist")
   sum=$(sha256sum "$sdist" | cut -d' ' -f1)
   out="$WHEEL_CACHE/$sum"
   mkdir -p "$WHEEL_CACHE"
   (
     flock 9
     if ls "$out"/*.whl >/dev/null 2>&1; then
-      log "$req: the wheel this sdist gave before ($out)"
+      log "$name: the wheel this sdist gave before ($out)"
     else
-      log "building $req from its sdist ($(du -sh "$sdist" | cut -f1))"
+      log "building a wheel of $name ($(du -sh "$sdist" | cut -f1))"
       rm -rf "$out.new"
       ZOSCII_WHEEL_CACHE=$WHEEL_CACHE PYTHON=$PYTHON "$ROOT/deploy/build-wheel.sh" "$sdist" "$out.new"
       mv "$out.new" "$out"
-      log "built $req in $((SECONDS - t))s (kept in $out)"
+      log "built $name in $((SECONDS - t))s (kept in $out)"
     fi
   ) 9>"$WHEEL_CACHE/$sum.lock"  # this sdist's: another clone may be building it now
   cp "$out"/*.whl "$POOL/"
   case "$(ls "$out"/*.whl)" in
     *-none-any.whl) ;;
-    *) log "$req: a platform wheel, built for this host's Python ($("$PYTHON" -V 2>&1))";;
+    *) log "$name: a platform wheel, built for this host's Python ($("$PYTHON" -V 2>&1))";;
   esac
-  rm -rf "$tmp"
 }
 
-# 1. Fetch wheels for the target into the pool, each requirement on its own, four at a
-#    time. One without a usable wheel (an sdist-only package) is built into a wheel on
-#    the host (build_sdist), all of them at once: pyspark's download and build (about a
-#    minute) is not waited for before gunicorn-h1c's. Then one pass over everything,
+# 1. Fetch wheels for the target into the pool, in one pass that takes an sdist where
+#    PyPI has no usable wheel (pip allows that with --no-deps); each sdist is then built
+#    into a wheel on the host (build_sdist), all at once. Then one pass over everything,
 #    from the pool only, checks that nothing is missing.
 t1=$SECONDS
 log "downloading wheels for CPython $PYVER on $ARCH ($(wc -l < "$ALL") requirements)"
-rm -f "$OUT/.missing"
-while read -r req; do
-  while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n || true; done
-  ( "${PIP[@]}" download --quiet --no-deps "${TARGET[@]}" --find-links "$POOL" -d "$POOL" \
-      "$req" 2>/dev/null || echo "$req" >> "$OUT/.missing" ) &
-done < "$ALL"
-wait
-if [ -s "$OUT/.missing" ]; then
-  builds=()
-  while read -r missing; do
-    log "no wheel on the index for $missing"
-    build_sdist "$missing" &
-    builds+=($!)
-  done < "$OUT/.missing"
-  for pid in "${builds[@]}"; do wait "$pid" || { log "FAILED: a wheel from an sdist"; exit 1; }; done
-fi
+fetched="$OUT/.fetched"
+rm -rf "$fetched"; mkdir -p "$fetched"
+or_sdist=()
+for arg in "${TARGET[@]}"; do [ "$arg" = --only-binary=:all: ] || or_sdist+=("$arg"); done
+"${PIP[@]}" download --quiet --no-deps --prefer-binary "${or_sdist[@]}" \
+  --find-links "$POOL" -d "$fetched" -r "$ALL"
+builds=()
+for f in "$fetched"/*; do
+  case "$f" in
+    *.whl) mv "$f" "$POOL/" ;;
+    *) log "no wheel on the index for $(basename "$f")"; build_sdist "$f" & builds+=($!) ;;
+  esac
+done
+for pid in "${builds[@]}"; do wait "$pid" || { log "FAILED: a wheel from an sdist"; exit 1; }; done
+rm -rf "$fetched"
 if ! "${PIP[@]}" download --quiet --no-deps "${TARGET[@]}" --no-index --find-links "$POOL" \
      -d "$POOL" -r "$ALL" 2>"$OUT/.pip.err"; then
   cat "$OUT/.pip.err" >&2; exit 1
 fi
-rm -f "$OUT/.missing"
 log "wheels downloaded or built in $((SECONDS - t1))s"
 
 # 2. Per-service directories: the exact set for each requirements file (and the build
