@@ -35,6 +35,7 @@ from tests.e2e.compose_cli import clean_environment, compose_command, run_compos
 from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT
 from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import wait_healthy
+from tests.statissa.served import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -308,8 +309,10 @@ def purge_in_the_console(stats: str, queue: str, token: str) -> None:
         assert browser.current_url.endswith(f"/queues/{queue}"), browser.current_url
         browser.get(f"{stats}/queues/{queue}")
         browser.find_element(By.ID, "purge").click()
+        wait_until(lambda: "/admin/purge" in browser.current_url, 10, "the confirmation page")
         browser.find_element(By.ID, "confirm").send_keys(queue)
         browser.find_element(By.ID, "confirm-button").click()
+        wait_until(lambda: browser.find_elements(By.ID, "result"), 30, "the purge's result")
         text = browser.find_element(By.TAG_NAME, "h2").text
         assert text == f"Purged 1 message(s) from {queue}", browser.page_source[-3000:]
 
