@@ -1,7 +1,8 @@
 # ZOSCII MQ: developer entry points.
 #
 #   make images    build the images offline (wheelhouse, local bases if needed)
-#   make up        images, then start the stack and wait until it is healthy
+#   make up        images, then start the stack and wait until it is healthy; the first
+#                  time, make the operator's token (secrets/admin-token) and print it
 #   make down      stop and remove the containers (the data volume is kept;
 #                  `make down DOWN_ARGS=-v` deletes it too)
 #   make logs      follow the logs          make ps    show the containers
@@ -20,6 +21,8 @@
 #                            directory), and/or '-f deploy/compose.replikate.yml' (a jobs file)
 #   UP_TIMEOUT=240           seconds `make up` waits for all containers to be healthy
 #   BASE=auto|public|local   base image choice of deploy/images.sh
+#   ENV_FILE=.env  ADMIN_TOKEN_FILE=secrets/admin-token   where make up keeps the settings
+#                            and the operator's token (deploy/up.sh)
 
 SHELL := /bin/bash
 
@@ -50,18 +53,10 @@ base-images:
 images:
 	deploy/images.sh
 
+# deploy/up.sh: the operator's token when none is configured (printed once), up -d,
+# wait until healthy, then where everything is.
 up: images
-	$(COMPOSE_CMD) up -d --no-build --remove-orphans
-	@deploy/wait-healthy.sh $(UP_TIMEOUT) $(COMPOSE_CMD)
-	@api=$$($(COMPOSE_CMD) port proxy 8080 | sed 's/^0\.0\.0\.0/localhost/'); \
-	 direct=$$($(COMPOSE_CMD) port api 8080 | sed 's/^0\.0\.0\.0/localhost/'); \
-	 stats=$$($(COMPOSE_CMD) port statissa 9103 | sed 's/^0\.0\.0\.0/localhost/'); \
-	 echo; \
-	 echo "  API:         http://$$api/   (index.php works too; through the proxy)"; \
-	 echo "  API metrics: http://$$direct/metrics   (the api itself, not through the proxy)"; \
-	 echo "  Statistics:  http://$$stats/   (/metrics, /stats.json)"; \
-	 echo "  replikate:   http://$$($(COMPOSE_CMD) port replikate 9101)/metrics"; \
-	 echo "  claireup:    http://$$($(COMPOSE_CMD) port claireup 9102)/metrics"
+	@UP_TIMEOUT=$(UP_TIMEOUT) deploy/up.sh $(COMPOSE_CMD)
 
 down:
 	$(COMPOSE_CMD) down $(DOWN_ARGS)

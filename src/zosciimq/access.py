@@ -27,6 +27,12 @@ hash in constant time, so neither timing nor an early exit tells which part matc
 Tokens must be long random strings (``openssl rand -hex 32``): a fast hash is right for
 those and wrong for human passwords, which is why Basic takes the same tokens.
 
+The operator has a token of their own, ``ZOSCII_ADMIN_TOKEN_SHA256`` (its hash; ``make
+up`` makes one when none is configured): with or without access control it is the
+client ``admin-token`` (Basic user ``admin``) with the rights ``admin``, ``metrics``
+and ``statistics`` and no queue rights. Admin actions thus always need a credential,
+while access control can stay off for everything else.
+
 Shared by every service that admits clients: the api (HTTP ``Authorization``) and the
 PHPMQ gateway (a bearer token in the first message of a connection) read the same
 clients from the same variables. ``zoscii_api.auth`` re-exports this module.
@@ -53,6 +59,8 @@ __all__ = [
     "ADMIN_ACTIONS",
     "ADMIN_RIGHT",
     "GROUP_ACTIONS",
+    "OPERATOR",
+    "OPERATOR_RIGHTS",
     "READ_ACTIONS",
     "SERVICE_ACTIONS",
     "STORE_ACTIONS",
@@ -61,6 +69,7 @@ __all__ = [
     "Forbidden",
     "Unauthenticated",
     "load_access_control",
+    "operator_client",
     "parse_clients",
 ]
 
@@ -74,6 +83,10 @@ SERVICE_ACTIONS = frozenset({"statistics"})
 ADMIN_RIGHT = "admin"
 ADMIN_ACTIONS = frozenset({"queues", "purge", "delete", "replay"})
 ACTIONS = STORE_ACTIONS | SERVICE_ACTIONS | {ADMIN_RIGHT}  # what ``actions`` may name
+# The operator's token (ZOSCII_ADMIN_TOKEN_SHA256): its client's name and rights.
+OPERATOR = "admin-token"
+OPERATOR_USER = "admin"  # HTTP Basic (a browser's prompt): this user, the token as password
+OPERATOR_RIGHTS = frozenset({ADMIN_RIGHT, "metrics", "statistics"})
 # Reading a queue: by pointer, or through a consumer group.
 READ_ACTIONS = frozenset({"fetch", "consume", "ack", "requeue", "deadletter", "extend"})
 # The actions of a consumer group: they also need the right to the group.
@@ -122,8 +135,12 @@ class Client:
 
 
 class AccessControl:
-    def __init__(self, clients: list[Client]) -> None:
+    """The clients (access control is on when there is one) and the operator's token."""
+
+    def __init__(self, clients: list[Client], operator: Client | None = None) -> None:
         self.clients = clients
+        self.operator = operator
+        self._everyone = [*clients, operator] if operator is not None else clients
 
     @property
     def enabled(self) -> bool:
@@ -133,17 +150,18 @@ class AccessControl:
         """The client the Authorization header proves, or None when access control is off."""
         if not self.enabled:
             return None
-        username, secret = _credentials(authorization)
-        digest = hashlib.sha256(secret.encode()).digest()
-        found = None
-        for client in self.clients:  # no early exit: every comparison runs
-            same_secret = hmac.compare_digest(digest, client.token_sha256)
-            same_user = username is None or username == client.username
-            if same_secret and same_user and found is None:
-                found = client
-        if found is None:
-            raise Unauthenticated("Authentication required.")
-        return found
+        return self._match(authorization, self._everyone)
+
+    def authenticate_operator(self, authorization: str | None) -> Client:
+        """Without access control, the admin actions' own check: the operator's token
+        (Unauthenticated without it; Forbidden when no token is configured)."""
+        if self.operator is None:
+            raise Forbidden(
+                "Admin actions need a credential and this server has none: set "
+                "ZOSCII_ADMIN_TOKEN_SHA256 (make up makes one) or give a client the "
+                "'admin' right (ZOSCII_AUTH_FILE)."
+            )
+        return self._match(authorization, [self.operator])
 
     def authorize(
         self,
@@ -159,6 +177,20 @@ class AccessControl:
             if group is not None and queue is not None and client.may(action, queue):
                 target += f" in group '{group}' (not one of this client's groups)"
             raise Forbidden(f"Not allowed to {action}{target}.")
+
+    @staticmethod
+    def _match(authorization: str | None, candidates: list[Client]) -> Client:
+        username, secret = _credentials(authorization)
+        digest = hashlib.sha256(secret.encode()).digest()
+        found = None
+        for client in candidates:  # no early exit: every comparison runs
+            same_secret = hmac.compare_digest(digest, client.token_sha256)
+            same_user = username is None or username == client.username
+            if same_secret and same_user and found is None:
+                found = client
+        if found is None:
+            raise Unauthenticated("Authentication required.")
+        return found
 
 
 def _credentials(authorization: str | None) -> tuple[str | None, str]:
@@ -180,7 +212,8 @@ def _credentials(authorization: str | None) -> tuple[str | None, str]:
 
 
 def load_access_control(env: Mapping[str, str]) -> AccessControl:
-    """Read clients from ZOSCII_AUTH_FILE or ZOSCII_AUTH_CLIENTS; neither: access is open."""
+    """Clients from ZOSCII_AUTH_FILE or ZOSCII_AUTH_CLIENTS (neither: access is open),
+    and the operator's token from ZOSCII_ADMIN_TOKEN_SHA256."""
     path, inline = env.get("ZOSCII_AUTH_FILE", "").strip(), env.get("ZOSCII_AUTH_CLIENTS", "")
     if path and inline.strip():
         raise SettingsError("set ZOSCII_AUTH_FILE or ZOSCII_AUTH_CLIENTS, not both")
@@ -189,11 +222,31 @@ def load_access_control(env: Mapping[str, str]) -> AccessControl:
             text = Path(path).read_text("utf-8")
         except OSError as exc:
             raise SettingsError(f"ZOSCII_AUTH_FILE={path}: {exc.strerror}") from None
+        clients = parse_clients(text)
     elif inline.strip():
-        text = inline
+        clients = parse_clients(inline)
     else:
-        return AccessControl([])
-    return AccessControl(parse_clients(text))
+        clients = []
+    return AccessControl(clients, operator_client(env.get("ZOSCII_ADMIN_TOKEN_SHA256", "")))
+
+
+def operator_client(token_sha256: str) -> Client | None:
+    """The operator's client for the sha256 hex of their token; None for an empty value."""
+    text = token_sha256.strip().lower()
+    if not text:
+        return None
+    try:
+        digest = bytes.fromhex(text)
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise SettingsError(
+            "ZOSCII_ADMIN_TOKEN_SHA256: the sha256 of the token, 64 hex digits "
+            '(printf %s "$TOKEN" | sha256sum)'
+        )
+    return Client(
+        name=OPERATOR, token_sha256=digest, username=OPERATOR_USER, actions=OPERATOR_RIGHTS
+    )
 
 
 def parse_clients(text: str) -> list[Client]:

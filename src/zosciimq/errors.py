@@ -43,6 +43,13 @@ class WrongMethod(InvalidInput):
         return {"Allow": "GET, POST"}
 
 
+class PostRequired(WrongMethod):
+    """An admin action that changes something (or hands out a pointer) by GET or HEAD."""
+
+    def headers(self) -> dict[str, str]:
+        return {"Allow": "POST"}
+
+
 class RangeNotSatisfiable(InvalidInput):
     """An offset at or past the end, or an HTTP Range outside the message. ``size``: the
     message's length, sent as ``Content-Range: bytes */<size>`` (RFC 9110 15.5.17) so a

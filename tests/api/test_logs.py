@@ -12,7 +12,7 @@ import pytest
 import requests
 from gunicorn.config import Config
 
-from tests.support.api_server import ApiServer
+from tests.support.api_server import OPERATOR_TOKEN, ApiServer
 from zoscii_api import logs
 
 SECRET = "message-bytes-must-not-be-logged"
@@ -46,6 +46,32 @@ def test_json_lines_with_request_fields_and_no_query_string(tmp_path: Path) -> N
     assert any(r.get("status") == 400 and r.get("action") == "fetch" for r in records)
     text = server.log_path.read_text(errors="replace")
     assert SECRET not in text and "nonce-1" not in text
+
+
+def test_an_admin_action_names_its_queue_and_leaves_an_audit_line(tmp_path: Path) -> None:
+    """Issue 29: the access line's queue was always "-" for admin actions, and nothing
+    said who purged what."""
+    server = ApiServer(tmp_path / "data", workers=1, env={"ZOSCII_LOG_FORMAT": "json"}).start()
+    operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}", "X-Request-ID": "purge-7"}
+    try:
+        for _ in range(2):
+            requests.post(server.url, data={"action": "publish", "q": "orders", "msg": "x"})
+        reply = requests.post(
+            server.url, data={"action": "purge", "q": "orders"}, headers=operator, timeout=10
+        )
+        assert reply.json()["result"]["purged"] == 2
+    finally:
+        server.shut_down()
+    records = [json.loads(line) for line in _lines(server) if line.startswith("{")]
+    access = next(r for r in records if r.get("request_id") == "purge-7" and "status" in r)
+    assert (access["action"], access["queue"], access["status"]) == ("purge", "orders", 200)
+    (audit,) = [r for r in records if r.get("event") == "admin"]
+    assert audit["logger"] == "zoscii.api.audit" and audit["level"] == "INFO"
+    assert (audit["action"], audit["queue"], audit["outcome"]) == ("purge", "orders", "done")
+    assert (audit["client"], audit["address"]) == ("admin-token", "127.0.0.1")
+    assert audit["result"] == {"purged": 2, "bytes": 2, "before": None}
+    assert audit["request_id"] == "purge-7"
+    assert OPERATOR_TOKEN not in server.log_path.read_text(errors="replace")
 
 
 def test_text_lines_by_default(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""zoscii queues, purge, delete, replay: confirmation, --yes, and the pointer they print."""
+"""zoscii queues, purge, delete, replay: the operator's token, confirmation, --yes, and the
+pointer they print."""
 
 from __future__ import annotations
 
@@ -9,8 +10,25 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import Run
+from tests.support.api_server import OPERATOR_TOKEN
 from zosciimq.cli import exit_codes, queue_admin
 from zosciimq.client import ZosciiClient
+
+
+@pytest.fixture(autouse=True)
+def token(cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's token, as make up says to give it (after ``cli`` cleared it)."""
+    monkeypatch.setenv("ZOSCII_TOKEN", OPERATOR_TOKEN)
+
+
+def test_without_the_token_it_says_how_to_give_one(
+    cli: Callable[..., Run], url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ZOSCII_TOKEN")
+    run = cli("--url", url, "queues")
+    assert run.code == exit_codes.AUTH
+    assert "--token or $ZOSCII_TOKEN" in run.err
+    assert cli("--url", url, "--token", OPERATOR_TOKEN, "queues").code == exit_codes.OK
 
 
 @pytest.fixture

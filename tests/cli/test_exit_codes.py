@@ -156,6 +156,8 @@ def canned() -> Iterator[tuple[str, dict]]:
         (503, "application/json", envelope("Too many messages this second, try again."), 7),
         (500, "application/json", envelope("Internal error."), 7),
         (507, "application/json", envelope("No space left on the data volume."), 7),
+        # issue 29: a full queue said "server unavailable"
+        (507, "application/json", envelope("Queue 'q' cannot take this: 10 messages."), 8),
         (200, "text/html", b"<html>a web site</html>", 1),  # the wrong URL
         (401, "application/json", envelope("Authentication required."), 5),
         (413, "application/json", envelope("Message too large."), 6),

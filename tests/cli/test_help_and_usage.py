@@ -92,3 +92,20 @@ def test_runs_as_a_module(tmp_path: object) -> None:
     assert result.code == 0
     assert result.out.startswith(b"usage: zoscii")
     assert run_process("publish").code == 2
+
+
+def test_the_retention_default_in_help_and_docs_is_the_servers(cli: Callable[..., Run]) -> None:
+    """Issue 29: both said 0 (deleted at the next cleanup) while the default is 30."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from zosciimq.settings import CoreSettings
+
+    shipped = {f.name: f.default for f in dataclasses.fields(CoreSettings)}
+    days = shipped["default_retention_days"]
+    text = " ".join(cli("publish", "--help").out.decode().split())
+    assert f"{days} as shipped" in text
+    docs = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+    said = re.findall(r"(\d+) as shipped", " ".join(docs.read_text().split()))
+    assert said and set(said) == {str(days)}

@@ -74,7 +74,18 @@ def test_exit_codes_ack_requeue_and_dead_letter_then_replay(
         "--until-empty", "--wait", "0", "--retry-delay", "0",
     )  # fmt: skip
     assert run.code == 0, run.err
-    results = [(r["deliveries"], r["exit_code"], r["result"]) for r in json_lines(run)]
+    *messages, summary = json_lines(run)
+    assert summary == {  # issue 29: --json printed no summary
+        "action": "work",
+        "summary": True,
+        "queue": queue,
+        "group": "g",
+        "acked": 2,
+        "requeued": 1,
+        "dead_lettered": 1,
+        "lost": 0,
+    }
+    results = [(r["deliveries"], r["exit_code"], r["result"]) for r in messages]
     assert sorted(results) == [
         (1, 0, "acked"),
         (1, 3, "requeued"),
@@ -165,7 +176,9 @@ def test_max_messages_with_concurrency(cli: Callable[..., Run], url: str, tmp_pa
         "--concurrency", "2", "--count", "2", "--max-messages", "4", "--wait", "1",
     )  # fmt: skip
     assert run.code == 0, run.err
-    assert [r["result"] for r in json_lines(run)] == ["acked"] * 4
+    *messages, summary = json_lines(run)
+    assert [r["result"] for r in messages] == ["acked"] * 4
+    assert summary["summary"] is True and summary["acked"] == 4
     assert len(out.read_bytes().splitlines()) == 4
     with ZosciiClient(url) as client:
         assert len(client.lease(queue, "g", count=10)) == 2

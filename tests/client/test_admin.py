@@ -1,15 +1,25 @@
-"""The client's operator methods against a real api (loopback: allowed by default)."""
+"""The client's operator methods against a real api, with the operator's token."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from zosciimq.client import ZosciiClient
+from tests.support.api_server import OPERATOR_TOKEN
+from zosciimq.client import Unauthenticated, ZosciiClient
 
 
-def test_queues_purge_delete_and_replay(client: ZosciiClient) -> None:
+@pytest.fixture
+def operator(api: tuple[str, Path]) -> Iterator[ZosciiClient]:
+    with ZosciiClient(api[0], headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}) as c:
+        yield c
+
+
+def test_queues_purge_delete_and_replay(operator: ZosciiClient) -> None:
+    client = operator
     for number in range(3):
         client.publish("adm-client", f"m{number}".encode())
     (listed,) = client.queues("adm-client")
@@ -32,3 +42,8 @@ def test_queues_purge_delete_and_replay(client: ZosciiClient) -> None:
 def test_naive_times_are_refused(client: ZosciiClient) -> None:
     with pytest.raises(ValueError, match="naive"):
         client.replay_pointer("anything", datetime(2024, 1, 1))
+
+
+def test_without_the_token_nothing_is_listed(client: ZosciiClient) -> None:
+    with pytest.raises(Unauthenticated):
+        client.queues()

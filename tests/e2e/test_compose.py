@@ -1,17 +1,25 @@
-"""The shipped docker-compose.yml itself: ``up -d`` brings all five services (the four
-and the proxy in front of the api) to healthy, hardened as documented, the api answers
-through the proxy on the public port, internal ports on 127.0.0.1 only, ``down -v`` removes
-everything. Uses the compose CLI (``docker compose`` or docker-compose 1.29), as a user
-would, with a unique project name and free host ports so it never clashes with a stack
-already running here."""
+"""The shipped docker-compose.yml itself, started as ``make up`` starts it (deploy/up.sh):
+the operator's token made and printed once, all five services (the four and the proxy in
+front of the api) healthy, hardened as documented, the api answering through the proxy
+on the public port, internal ports on 127.0.0.1 only; then what an operator does in
+their first hour: ``zoscii queues`` and a purge in the console with the printed token,
+each leaving its line in the audit trail; ``down -v`` removes everything. Uses the
+compose CLI (``docker compose`` or docker-compose 1.29), as a user would, with a unique
+project name and free host ports so it never clashes with a stack already running here."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
+import re
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -23,10 +31,11 @@ from testcontainers.core.docker_client import DockerClient
 
 from tests.e2e import mq
 from tests.e2e.browser import headless_chromium
-from tests.e2e.compose_cli import compose_command, run_compose
-from tests.e2e.compose_spec import COMPOSE_FILE
+from tests.e2e.compose_cli import clean_environment, compose_command, run_compose
+from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT
 from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import wait_healthy
+from tests.statissa.served import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,7 @@ SERVICES = {"proxy", "api", "live", "replikate", "claireup", "statissa"}
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 UP_TIMEOUT = 240  # seconds to healthy; the shipped probe interval is 15 s
+TOKEN_PRINTED = re.compile(r"shown only this once.*?\n\s*\n\s+([0-9a-f]{64})\s*\n", re.S)
 
 
 def free_ports(count: int) -> list[int]:
@@ -94,7 +104,9 @@ def check_hardening(container: Container, project: str) -> None:
     assert data[0]["Name"] == f"{project}_zoscii_data" and data[0]["RW"], (name, data)
 
 
-def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_path: Path) -> None:
+def test_make_up_then_the_operators_first_hour_then_down_removes_everything(
+    e2e: E2E, tmp_path: Path
+) -> None:
     compose = compose_command()
     project = f"zoscii-e2e-{e2e.run_id}"
     api_port, direct_port, stats_port, replikate_port, claireup_port = free_ports(5)
@@ -106,13 +118,21 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
         "ZOSCII_STATISSA_PORT": stats_port,
         "ZOSCII_REPLIKATE_METRICS_PORT": replikate_port,
         "ZOSCII_CLAIREUP_METRICS_PORT": claireup_port,
+        "ZOSCII_LOG_FORMAT": "json",  # the audit trail as a log pipeline reads it
     }
     env_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    token_file = tmp_path / "secrets" / "admin-token"
     base = [*compose, "-p", project, "--env-file", str(env_file), "-f", str(COMPOSE_FILE)]
 
     selector = {"label": f"{PROJECT_LABEL}={project}"}
     try:
-        run_compose(base, "up", "-d", "--no-build", timeout=300)
+        printed = make_up(compose, project, env_file, token_file)
+        token = token_file.read_text().strip()
+        assert TOKEN_PRINTED.search(printed)[1] == token, printed  # printed once, kept
+        assert f"ZOSCII_ADMIN_TOKEN_SHA256={sha256_hex(token)}" in env_file.read_text()
+        assert token not in env_file.read_text()  # the stack has only its hash
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        assert "Not\n" in printed and "compose network only" in printed  # the direct port
         containers = e2e.client.containers.list(all=True, filters=selector)
         assert {c.labels[SERVICE_LABEL] for c in containers} == SERVICES
         assert len(containers) == len(SERVICES)
@@ -146,19 +166,39 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
             assert bindings[service] == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
 
         api = f"http://{published_host(by_service['proxy'])}:{api_port}"
+        direct = f"http://127.0.0.1:{direct_port}"
+        stats = f"http://127.0.0.1:{stats_port}"
         with requests.Session() as http:
             mq.publish_raw(http, api, "compose", mq.ALL_BYTES, 1)
             assert mq.bodies(mq.drain(http, api, "compose")) == [mq.ALL_BYTES]
             assert http.get(f"{api}/metrics", timeout=10).status_code == 404  # not public
-            direct = f"http://127.0.0.1:{direct_port}"
             assert mq.bodies(mq.drain(http, direct, "compose")) == [mq.ALL_BYTES]
             assert http.get(f"{direct}/metrics", timeout=10).status_code == 200
-            stats = f"http://127.0.0.1:{stats_port}"
             assert http.get(f"{stats}/healthz", timeout=10).status_code == 200
             # the console's fetch counts: statissa reads the api's /metrics over the
             # compose network (http://api:8080/), 2 messages served so far
             assert fetch_counts_in_history(http, stats, "compose") == 2.0
+            # a name nobody configured (DNS rebinding) is refused
+            rebound = http.get(f"{stats}/", headers={"Host": "evil.example"}, timeout=10)
+            assert rebound.status_code == 421
+
+        # the first hour: the CLI with the printed token, through the proxy
+        queues = zoscii(api, token, "--json", "queues")
+        assert queues.returncode == 0, queues.stderr
+        listed = {q["queue"]: q for q in json.loads(queues.stdout)["queues"]}
+        assert listed["compose"]["messages"] == 1
+        assert zoscii(api, "", "queues").returncode == 5  # no token: refused, exit 5
+        forged_header_is_not_believed(direct, token, by_service["api"])
         console_in_a_browser(stats, "compose")
+        purge_in_the_console(stats, "compose", token)
+        purges = audit_lines(by_service["api"], "purge", "compose")
+        refused, audit = purges  # the other container's, then the console's
+        assert (refused["outcome"], refused["client"]) == ("refused", "-")
+        assert (audit["outcome"], audit["client"]) == ("done", "admin-token")
+        assert audit["result"]["purged"] == 1 and audit["level"] == "INFO"
+        assert audit["address"] not in ("-", "127.0.0.1")  # the operator's, via statissa
+        with requests.Session() as http:
+            assert mq.drain(http, api, "compose") == []
     finally:
         try:
             run_compose(base, "down", "-v", timeout=300)
@@ -172,6 +212,109 @@ def test_compose_up_reaches_healthy_and_down_removes_everything(e2e: E2E, tmp_pa
                 leftovers.append(e2e.client.volumes.get(f"{project}_zoscii_data").name)
             remove_project(e2e.client, project)
     assert not leftovers, f"left behind by down -v: {sorted(set(leftovers))}"
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def make_up(compose: list[str], project: str, env_file: Path, token_file: Path) -> str:
+    """What `make up` runs once the images exist (deploy/up.sh); its output."""
+    env = {
+        **clean_environment(),
+        "ENV_FILE": str(env_file),
+        "ADMIN_TOKEN_FILE": str(token_file),
+        "UP_TIMEOUT": str(UP_TIMEOUT),
+    }
+    command = ["deploy/up.sh", *compose, "-p", project, "-f", str(COMPOSE_FILE)]
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, f"deploy/up.sh failed:\n{done.stdout}\n{done.stderr}"
+    log.info("deploy/up.sh:\n%s", done.stdout)
+    return done.stdout
+
+
+def zoscii(url: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as the operator runs it after `make up`: ZOSCII_URL and ZOSCII_TOKEN."""
+    env = {**clean_environment(), "ZOSCII_URL": f"{url}/", "ZOSCII_TOKEN": token}
+    return subprocess.run(
+        [sys.executable, "-m", "zosciimq.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def audit_lines(api: Container, action: str, queue: str) -> list[dict[str, Any]]:
+    """The api's audit records (JSON log lines, event "admin") of ``action`` on ``queue``."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = []
+        for line in api.logs().decode("utf-8", "replace").splitlines():
+            if line.startswith("{") and '"event":"admin"' in line:
+                record = json.loads(line)
+                if (record["action"], record["queue"]) == (action, queue):
+                    found.append(record)
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def forged_header_is_not_believed(direct: str, token: str, api: Container) -> None:
+    """Issue 27: X-Forwarded-For: 127.0.0.1 straight to the api's port listed every queue
+    (the host's connections come from the bridge gateway, in the pools compose trusted),
+    and another container on the network purged one. Neither is believed now, and
+    admin needs the token anyway."""
+    forged = {"X-Forwarded-For": "127.0.0.1"}
+    with requests.Session() as http:
+        refused = http.post(f"{direct}/", data={"action": "queues"}, headers=forged, timeout=10)
+        assert refused.status_code == 401, refused.text
+        bearer = {**forged, "Authorization": f"Bearer {token}", "X-Request-ID": "forged-xff"}
+        listed = http.post(f"{direct}/", data={"action": "queues"}, headers=bearer, timeout=10)
+        assert listed.status_code == 200, listed.text
+    (line,) = [r for r in audit_lines(api, "queues", None) if r["request_id"] == "forged-xff"]
+    assert line["address"] != "127.0.0.1"  # the host's own address as the api sees it
+    # another container on the compose network, without the token
+    (network,) = api.attrs["NetworkSettings"]["Networks"]  # the project's one network
+    script = (
+        "import urllib.request,urllib.error\n"
+        "r=urllib.request.Request('http://api:8080/',data=b'action=purge&q=compose',"
+        "headers={'X-Forwarded-For':'127.0.0.1'})\n"
+        "try: urllib.request.urlopen(r,timeout=10); print(200)\n"
+        "except urllib.error.HTTPError as e: print(e.code)\n"
+    )
+    out = api.client.containers.run(
+        api.image.id, ["python", "-c", script], network=network, remove=True, read_only=True
+    )
+    assert out.decode().strip() == "401"
+
+
+def purge_in_the_console(stats: str, queue: str, token: str) -> None:
+    """In headless Chromium: the queue's page offers to sign in, the printed token signs
+    in (HTTP Basic, user admin), and the purge is confirmed by typing the queue's name."""
+    from selenium.webdriver.common.by import By
+
+    with headless_chromium() as browser:
+        browser.get(f"{stats}/queues/{queue}")
+        link = browser.find_element(By.ID, "sign-in")
+        assert "operator's token" in browser.find_element(By.ID, "actions-note").text
+        # The token in the URL answers the 401 as the browser's prompt would (Chromium
+        # then keeps the credentials for this origin), and /login sends it back to the
+        # queue. That URL still carries them, which Chromium sends only when challenged:
+        # the queue's own address, as after a prompt, gets them unasked.
+        browser.get(link.get_attribute("href").replace("http://", f"http://admin:{token}@", 1))
+        assert browser.current_url.endswith(f"/queues/{queue}"), browser.current_url
+        browser.get(f"{stats}/queues/{queue}")
+        browser.find_element(By.ID, "purge").click()
+        wait_until(lambda: "/admin/purge" in browser.current_url, 10, "the confirmation page")
+        browser.find_element(By.ID, "confirm").send_keys(queue)
+        browser.find_element(By.ID, "confirm-button").click()
+        wait_until(lambda: browser.find_elements(By.ID, "result"), 30, "the purge's result")
+        text = browser.find_element(By.TAG_NAME, "h2").text
+        assert text == f"Purged 1 message(s) from {queue}", browser.page_source[-3000:]
 
 
 def fetch_counts_in_history(http: requests.Session, stats: str, queue: str) -> float | None:

@@ -220,6 +220,49 @@ def test_the_console_in_a_real_browser(
     browser.save_screenshot(str(tmp_path / "console-390.png"))
 
 
+LONG_QUEUE = "orders-from-partner-alpha-in-the-north-region-2026"  # 50 characters
+
+
+def test_at_1280_px_tables_fit_labels_are_readable_and_time_stops_at_the_figures(
+    statissa: str, published: tuple[Path, list[str]], browser: Any
+) -> None:
+    """Issue 29: the Queues table overflowed its card at 1280 px, the charts' labels were
+    6-7 px, and a chart of one point (a rate, after two computations) ran its time axis
+    30 s past the time of the figures."""
+    from selenium.webdriver.common.by import By
+
+    root, _ = published
+    queues = QueueStore(DataDir(root))
+    publish_body(queues, LONG_QUEUE, b"a message of a partner with a long queue name")
+    queues.close()
+    _compute_again(statissa)
+    browser.get(f"{statissa}/?range=1h")
+    assert browser.execute_script("return window.innerWidth") == 1280
+    generated = browser.find_element(By.CSS_SELECTOR, "header .meta").text
+    moment = generated.split("Generated at ")[1].split(" (UTC)")[0]  # YYYY-MM-DD HH:MM:SS
+    layout = browser.execute_script(
+        """
+        const queues = [...document.querySelectorAll('section')]
+          .find(s => s.querySelector('h2').textContent.trim() === 'Queues');
+        const charts = [...document.querySelectorAll('svg.chart-svg')].map(svg => {
+          const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+          const ticks = [...svg.querySelectorAll('text.tick')];
+          return {metric: svg.dataset.metric, last: ticks[ticks.length - 1].textContent,
+                  px: Math.min(...ticks.map(t =>
+                        parseFloat(getComputedStyle(t).fontSize) * scale))};
+        });
+        return {scroll: queues.scrollWidth, width: queues.clientWidth, charts: charts};
+        """
+    )
+    assert layout["scroll"] <= layout["width"], layout  # the card holds its table
+    metrics = {c["metric"] for c in layout["charts"]}
+    assert {"depth", "rate", "age"} <= metrics, layout
+    for chart in layout["charts"]:
+        assert chart["px"] >= 10.5, chart  # drawn at 11 px or more, not 6-7
+        assert chart["last"] == moment[11:], (chart, moment)  # ends at the figures' time
+    assert browser.find_element(By.CSS_SELECTOR, f'a[href="queues/{LONG_QUEUE}"]')
+
+
 def test_a_purge_through_the_ui_removes_the_messages(
     admin_stack: tuple[str, str], browser: Any
 ) -> None:

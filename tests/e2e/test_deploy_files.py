@@ -195,6 +195,8 @@ def dockerfile_inputs(service: str) -> list[Path]:
         REPO_ROOT / "services" / service / f"zoscii_{service}",
         *(REPO_ROOT / "services" / service).glob("*.conf.py"),
         REPO_ROOT / "build" / "wheels" / service,  # after deploy/wheelhouse.sh
+        REPO_ROOT / "build" / "wheels" / "common",  # the stages every image shares
+        REPO_ROOT / "build" / "wheels" / "build",
     ]
     files = []
     for root in roots:
@@ -408,3 +410,21 @@ def test_the_cloud_templates_put_the_proxy_in_front() -> None:
         template["metadata"]["annotations"]["run.googleapis.com/container-dependencies"]
     )
     assert dependencies[PROXY] == ["api", "live"]
+
+
+def test_prometheus_from_the_host_scrapes_the_api_not_the_proxy() -> None:
+    """Issue 29: it said localhost:8080, the proxy, which answers 404 on /metrics."""
+    text = (REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8")
+    advice = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    compose = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    direct = next(p for p in compose["services"]["api"]["ports"] if p.endswith(":8080"))
+    default = direct.split("ZOSCII_API_DIRECT_PORT:-")[1].split("}")[0]
+    assert f"127.0.0.1:{default}" in advice
+    assert "localhost:8080," not in advice and "use localhost:8080" not in advice
+    targets = [
+        t
+        for job in yaml.safe_load(text)["scrape_configs"]
+        for c in job["static_configs"]
+        for t in c["targets"]
+    ]
+    assert "api:8080" in targets  # on the compose network, the api by name

@@ -12,8 +12,8 @@ import requests
 from tests.security.figures import TALLY
 from tests.support.api_app import make_client
 from zoscii_api.auth import AccessControl, parse_clients
-from zoscii_api.ratelimit import Admission, ClientAddress, RateLimited, TokenBuckets
 from zoscii_api.settings import ApiSettings
+from zosciimq.ratelimit import Admission, ClientAddress, RateLimited, TokenBuckets
 from zosciimq.settings import SettingsError
 
 
@@ -100,7 +100,7 @@ def test_settings(tmp_path: Path) -> None:
     assert settings.trusted_proxies == ("127.0.0.1", "10.0.0.0/8")
     assert ApiSettings.from_env({}).rate_limit == 0  # off by default
     with pytest.raises(SettingsError, match="ZOSCII_TRUSTED_PROXIES"):
-        ApiSettings.from_env({"ZOSCII_TRUSTED_PROXIES": "proxy.example.com"})
+        ApiSettings.from_env({"ZOSCII_TRUSTED_PROXIES": "proxy.example.com/24"})
     with pytest.raises(SettingsError, match="ZOSCII_RATE_LIMIT"):
         ApiSettings.from_env({"ZOSCII_RATE_LIMIT": "-1"})
 

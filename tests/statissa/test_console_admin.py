@@ -5,6 +5,7 @@ rules decide and its errors are shown."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import threading
@@ -25,12 +26,13 @@ from tests.support.queues import publish_body
 from zoscii_statissa.admin_pages import AdminPanel
 from zoscii_statissa.compute import compute_snapshot
 from zoscii_statissa.forms import TOKEN_SECONDS, FormTokens, credential
+from zoscii_statissa.hosts import KnownHosts
 from zoscii_statissa.relay import ApiRelay
 from zoscii_statissa.scan import scan_locally
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zoscii_statissa.web import create_app
-from zosciimq.access import AccessControl
+from zosciimq.access import AccessControl, operator_client
 from zosciimq.access import Client as AccessClient
 from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir, QueueStore, browse
@@ -39,6 +41,7 @@ from zosciimq.settings import SettingsError
 QUEUE = "orders"
 ADMIN = "admin-token-" + "a" * 24
 VIEWER = "viewer-token-" + "v" * 24
+OPS = "operator-token-" + "o" * 24  # ZOSCII_ADMIN_TOKEN_SHA256's, access control off
 ORIGIN = "http://localhost"
 
 
@@ -71,7 +74,13 @@ class Api:
 class Console:
     """statissa's app relaying to ``api``; ``names``: what was published to QUEUE."""
 
-    def __init__(self, root: Path, api_url: str | None, access: AccessControl | None = None):
+    def __init__(
+        self,
+        root: Path,
+        api_url: str | None,
+        access: AccessControl | None = None,
+        hosts: KnownHosts | None = None,
+    ):
         self.data_dir = DataDir(root)
         self.clock = Clock(NOW)
         queues = QueueStore(self.data_dir, self.clock)
@@ -85,7 +94,9 @@ class Console:
         self.tokens = FormTokens()
         relay = ApiRelay(api_url, 10) if api_url else None
         self.panel = AdminPanel(relay, self.tokens)
-        self.client = Client(create_app(keeper, self.data_dir, access, admin=self.panel))
+        self.client = Client(
+            create_app(keeper, self.data_dir, access, admin=self.panel, hosts=hosts)
+        )
 
     def left(self) -> list[str]:
         return [m.name for m in browse.latest(self.data_dir, QUEUE, 100).messages]
@@ -93,6 +104,11 @@ class Console:
 
 def _auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    """What a browser sends once its prompt was answered."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 def _token(page: str) -> str:
@@ -248,37 +264,119 @@ def test_a_post_from_another_site_is_refused(
         assert len(console.left()) == 5
 
 
-def test_without_access_control_the_api_judges_the_operators_address(root: Path) -> None:
+def test_without_access_control_the_operator_signs_in_with_the_token(root: Path) -> None:
+    """The compose stack as make up starts it: no access control, the operator's token
+    (issue 29). The pages are open; the buttons need the token, which the browser is
+    asked for at /login (Basic, user admin) and then sends with every page."""
     DataDir(root).ensure()
-    # statissa on this host is the api's trusted proxy: the api judges the address
-    # statissa saw, against ZOSCII_ADMIN_ALLOW (loopback)
-    api = Api(root, trusted_proxies=("127.0.0.1/32",))
+    api = Api(
+        root, access=AccessControl([], operator_client(hashlib.sha256(OPS.encode()).hexdigest()))
+    )
     try:
         console = Console(root, api.url)
-        local = console.client.get(f"/queues/{QUEUE}")
-        assert 'id="purge"' in local.text
-        remote = {"REMOTE_ADDR": "203.0.113.9"}
-        # a header the browser sends is not passed on: it could claim to be loopback
-        page = console.client.get(
-            f"/queues/{QUEUE}", environ_base=remote, headers={"X-Forwarded-For": "127.0.0.1"}
-        )
-        assert 'id="purge"' not in page.text and "ZOSCII_ADMIN_ALLOW" in page.text
-        token = console.tokens.issue("purge", QUEUE, "", credential(None))
-        refused = console.client.post(
-            f"/queues/{QUEUE}/admin/purge",
-            data={"token": token, "before": "", "confirm": QUEUE},
-            headers={"Origin": ORIGIN, "X-Forwarded-For": "127.0.0.1"},
-            environ_base=remote,
-        )
-        assert refused.status_code == 403 and len(console.left()) == 5
-        done = console.client.post(
-            f"/queues/{QUEUE}/admin/purge",
-            data={"token": token, "before": "", "confirm": QUEUE},
-            headers={"Origin": ORIGIN},
-        )
+        page = console.client.get(f"/queues/{QUEUE}")
+        assert page.status_code == 200 and 'id="purge"' not in page.text
+        assert f'href="../login?queue={QUEUE}"' in page.text and "operator's token" in page.text
+
+        challenge = console.client.get(f"/login?queue={QUEUE}")
+        assert challenge.status_code == 401
+        assert challenge.headers["WWW-Authenticate"].startswith('Basic realm="ZOSCII MQ admin"')
+        assert "user name <b>admin</b>" in challenge.text
+        wrong = console.client.get(f"/login?queue={QUEUE}", headers=_basic("admin", "guess"))
+        assert wrong.status_code == 401 and "did not accept" in wrong.text  # asked again
+        operator = _basic("admin", OPS)
+        signed_in = console.client.get(f"/login?queue={QUEUE}", headers=operator)
+        assert signed_in.status_code == 303 and signed_in.headers["Location"] == f"queues/{QUEUE}"
+        assert console.client.get("/login?queue=nope", headers=operator).status_code == 404
+
+        page = console.client.get(f"/queues/{QUEUE}", headers=operator)
+        assert 'id="purge"' in page.text
+        confirm = console.client.get(f"/queues/{QUEUE}/admin/purge", headers=operator)
+        data = {"token": _token(confirm.text), "before": "", "confirm": QUEUE}
+        done = _post(console, "purge", data, None, **operator)
         assert done.status_code == 200 and console.left() == []
+
+        # a confirmation page opened without the token says where to sign in
+        bare = console.client.get(f"/queues/{QUEUE}/admin/delete")
+        assert bare.status_code == 403 and f'href="../../../login?queue={QUEUE}"' in bare.text
+        # without the token the relayed delete is the api's to refuse, whatever it claims
+        refused = console.client.post(
+            f"/queues/{QUEUE}/admin/delete",
+            data={
+                "token": console.tokens.issue("delete", QUEUE, "", credential(None)),
+                "confirm": QUEUE,
+            },
+            headers={"Origin": ORIGIN, "X-Forwarded-For": "127.0.0.1"},
+        )
+        assert refused.status_code == 403 and console.data_dir.queue_dir(QUEUE).is_dir()
     finally:
         api.close()
+
+
+@pytest.mark.parametrize(
+    ("host", "answered"),
+    [
+        ("localhost", True),
+        ("localhost:9103", True),
+        ("127.0.0.1:9103", True),
+        ("[::1]:9103", True),
+        ("172.18.0.1:32768", True),  # the tests' own way in: an IP address
+        ("console.example.com", True),  # configured (ZOSCII_STATISSA_PUBLIC_ORIGINS)
+        ("evil.example", False),  # DNS rebinding: a name nobody configured
+        ("evil.example:9103", False),
+        ("console.example.com:444", False),  # not as configured
+        ("localhost.evil.example", False),
+        ("", False),
+    ],
+)
+def test_only_known_hosts_are_answered(root: Path, host: str, answered: bool) -> None:
+    """Issue 27: Host: evil.example with Origin: http://evil.example purged a queue."""
+    DataDir(root).ensure()
+    api = Api(
+        root, access=AccessControl([], operator_client(hashlib.sha256(OPS.encode()).hexdigest()))
+    )
+    try:
+        console = Console(root, api.url, hosts=KnownHosts(("https://console.example.com",)))
+        operator = {**_basic("admin", OPS), "Host": host}
+        confirm = console.client.get(f"/queues/{QUEUE}/admin/purge", headers=operator)
+        pages = [console.client.get(path, headers={"Host": host}) for path in ("/", "/stats.json")]
+        if not answered:
+            assert confirm.status_code == 421 and "ZOSCII_STATISSA_PUBLIC_ORIGINS" in confirm.text
+            assert all(p.status_code == 421 for p in pages)
+            token = console.tokens.issue("purge", QUEUE, "", credential(operator["Authorization"]))
+            posted = console.client.post(
+                f"/queues/{QUEUE}/admin/purge",
+                data={"token": token, "before": "", "confirm": QUEUE},
+                headers={**operator, "Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"},
+            )
+            assert posted.status_code == 421 and len(console.left()) == 5
+        else:
+            assert confirm.status_code == 200 and all(p.status_code != 421 for p in pages)
+            data = {"token": _token(confirm.text), "before": "", "confirm": QUEUE}
+            scheme = "https" if host == "console.example.com" else "http"
+            posted = console.client.post(
+                f"/queues/{QUEUE}/admin/purge",
+                data=data,
+                headers={**operator, "Origin": f"{scheme}://{host}"},
+            )
+            assert posted.status_code == 200 and console.left() == []
+        # what Prometheus and the orchestrator ask stays open, whatever the name
+        assert console.client.get("/healthz", headers={"Host": host}).status_code == 200
+        assert console.client.get("/metrics", headers={"Host": host}).status_code == 200
+    finally:
+        api.close()
+
+
+def test_public_origins_are_a_setting() -> None:
+    assert Settings.from_env({}).public_origins == ()
+    env = {"ZOSCII_STATISSA_PUBLIC_ORIGINS": "https://console.example.com, http://10.0.0.5:9103"}
+    assert Settings.from_env(env).public_origins == (
+        "https://console.example.com",
+        "http://10.0.0.5:9103",
+    )
+    for bad in ("console.example.com", "https://x/path", "ftp://x", "https://u:p@x"):
+        with pytest.raises(SettingsError, match="ZOSCII_STATISSA_PUBLIC_ORIGINS"):
+            Settings.from_env({"ZOSCII_STATISSA_PUBLIC_ORIGINS": bad})
 
 
 def test_without_an_api_url_there_are_no_admin_actions(root: Path) -> None:

@@ -6,6 +6,7 @@ installed (``make venv`` installs both, editable); only its config file is read 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -21,6 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 GUNICORN_CONF = REPO / "services" / "api" / "gunicorn.conf.py"
+# The operator's token every test api has, as `make up` gives the stack one.
+OPERATOR_TOKEN = "test-operator-token-" + "0123456789abcdef" * 2
+OPERATOR_SHA256 = hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest()
 
 
 def free_port() -> int:
@@ -65,6 +69,7 @@ class ApiServer:
             "ZOSCII_WORKERS": str(workers),
             "ZOSCII_THREADS": str(threads),
             "PROMETHEUS_MULTIPROC_DIR": self.metrics_dir,
+            "ZOSCII_ADMIN_TOKEN_SHA256": OPERATOR_SHA256,
             **(env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None

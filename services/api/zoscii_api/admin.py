@@ -1,9 +1,9 @@
 """The operators' actions over HTTP: queues, purge, delete, replay (PROTOCOL.md 3, "Admin actions").
 
 Only parameters and replies here; the disk work is ``zosciimq.core.admin``. Who may call
-them is decided before the handler runs (``Endpoint._admit``): with access control on,
-clients with the ``admin`` right; without, peers in ``ZOSCII_ADMIN_ALLOW`` only, since
-queue names are partners' capabilities and nothing may list them to anyone else.
+them is decided before the handler runs (``AdminGate``, from ``Endpoint._admit``): a
+credential always, since queue names are partners' capabilities and nothing may list
+them to anyone else; every call leaves a line in the audit trail (``zoscii_api.audit``).
 
 * ``queues`` (q?): every queue (or q) with messages, bytes, oldest and newest name and
   time, and its consumer groups with their lag (waiting + leased).
@@ -21,52 +21,131 @@ from typing import Any
 
 from werkzeug.wrappers import Request
 
-from zoscii_api import addresses
+from zoscii_api.audit import ADDRESS, OPERATOR, Audit, queue_label
 from zoscii_api.params import RequestParams
 from zoscii_api.responses import Answer, envelope
 from zoscii_api.waiting import QueueWatcher
+from zosciimq import addresses
+from zosciimq.access import AccessControl, Client
 from zosciimq.core.admin import QueueAdmin, QueueInfo, parse_utc
-from zosciimq.errors import Forbidden, InvalidInput
+from zosciimq.errors import Forbidden, InvalidInput, PostRequired, ZosciiError
+
+Handler = Callable[[Request, RequestParams], Answer]
+POST_ONLY = frozenset({"purge", "delete", "replay"})
 
 
-class AdminAllow:
-    """The peers that may call the admin actions when access control is off."""
+class AdminGate:
+    """Who may run an admin action, checked in this order (the first failure answers and
+    is written to the audit trail):
 
-    def __init__(self, networks: tuple[str, ...]) -> None:
-        self.networks = addresses.networks(networks)
+    1. purge, delete and replay by POST only (405): a link or an image another page
+       shows cannot make a browser run them;
+    2. not from a web page (403): a browser that was once given the token (Basic, in
+       its prompt) sends it again with any form another site makes it post, and says
+       so with ``Origin`` or ``Sec-Fetch-Site``. The CLI, the client library and the
+       console's relay send neither;
+    3. a credential: with access control on, the client's ``admin`` right (the
+       operator's token has it); without, the operator's token itself
+       (``ZOSCII_ADMIN_TOKEN_SHA256``), 401 without it;
+    4. when ``ZOSCII_ADMIN_ALLOW`` is set, an address in it as well (403).
+    """
 
-    def check(self, address: str) -> None:
-        """Raises Forbidden unless ``address`` (``ClientAddress.of``) is allowed; an
-        IPv4-mapped IPv6 peer (a dual-stack socket) counts as its IPv4 address."""
-        if not addresses.is_in(addresses.parse_address(address), self.networks):
+    def __init__(
+        self,
+        access: AccessControl,
+        allow: tuple[str, ...] | None,
+        client_address: addresses.ClientAddress,
+        audit: Audit,
+    ) -> None:
+        self.access = access
+        self.allow = None if allow is None else addresses.networks(allow)
+        self.client_address = client_address
+        self.audit = audit
+
+    def admit(
+        self, environ: dict[str, Any], action: str, queue: str | None, client: Client | None
+    ) -> None:
+        """Raises why ``action`` is refused; else notes who runs it (environ) for the trail."""
+        address = environ[ADDRESS] = self.client_address.of_environ(environ) or "-"
+        try:
+            operator = self._check(environ, action, client, address)
+        except ZosciiError as exc:
+            self.audit.refused(environ, action, queue, str(exc))
+            raise
+        environ[OPERATOR] = (operator.name, address)
+
+    def _check(
+        self, environ: dict[str, Any], action: str, client: Client | None, address: str
+    ) -> Client:
+        method = environ.get("REQUEST_METHOD", "GET")
+        if action in POST_ONLY and method != "POST":
+            raise PostRequired(f"Action '{action}' needs POST, not {method}.")
+        site = environ.get("HTTP_SEC_FETCH_SITE")
+        if environ.get("HTTP_ORIGIN") is not None or site not in (None, "none"):
             raise Forbidden(
-                "Admin actions are allowed only from the addresses in ZOSCII_ADMIN_ALLOW "
-                "(or, with access control on, to clients with the 'admin' right)."
+                "Admin actions are not taken from web pages (the request has an Origin or "
+                "Sec-Fetch-Site header): use the zoscii CLI or the console."
             )
+        if client is None:  # access control off: the operator's token, or nothing
+            client = self.access.authenticate_operator(environ.get("HTTP_AUTHORIZATION"))
+        self.access.authorize(client, action)
+        if self.allow is not None and not addresses.is_in(
+            addresses.parse_address(address), self.allow
+        ):
+            raise Forbidden(
+                f"Admin actions are allowed only from the addresses in ZOSCII_ADMIN_ALLOW, "
+                f"not from {address}."
+            )
+        return client
 
 
 @dataclass
 class AdminActions:
     admin: QueueAdmin
     watcher: QueueWatcher
+    audit: Audit
 
-    def handlers(self) -> dict[str, Callable[[Request, RequestParams], Answer]]:
-        return {
+    def handlers(self) -> dict[str, Handler]:
+        actions: dict[str, Handler] = {
             "queues": self.queues,
             "purge": self.purge,
             "delete": self.delete,
             "replay": self.replay,
         }
+        return {name: self._audited(name, run) for name, run in actions.items()}
+
+    def _audited(self, action: str, run: Handler) -> Handler:
+        """``run``, with its failures in the audit trail (its success it writes itself,
+        with what it changed)."""
+
+        def handler(request: Request, params: RequestParams) -> Answer:
+            try:
+                return run(request, params)
+            except ZosciiError as exc:
+                queue = queue_label(params.text("q"))
+                self.audit.failed(request.environ, action, queue, str(exc))
+                raise
+
+        return handler
 
     def queues(self, request: Request, params: RequestParams) -> Answer:
         only = params.text("q") or None
         found = self.admin.list_queues(only)
+        self.audit.done(request.environ, "queues", queue_label(only), listed=len(found))
         return envelope(message=f"{len(found)} queue(s).", result=[_queue(q) for q in found])
 
     def purge(self, request: Request, params: RequestParams) -> Answer:
         queue = _queue_name(params)
         before = params.text("before") or None
         removed = self.admin.purge(queue, before)
+        self.audit.done(
+            request.environ,
+            "purge",
+            removed.queue,
+            purged=removed.messages,
+            bytes=removed.bytes,
+            before=before,
+        )
         return envelope(
             message=f"{removed.messages} message(s) purged.",
             result={
@@ -80,6 +159,14 @@ class AdminActions:
     def delete(self, request: Request, params: RequestParams) -> Answer:
         removed = self.admin.delete(_queue_name(params))
         self.watcher.notify(removed.queue)  # long-polls see the end at once
+        self.audit.done(
+            request.environ,
+            "delete",
+            removed.queue,
+            messages=removed.messages,
+            bytes=removed.bytes,
+            groups=",".join(removed.groups) or "-",
+        )
         return envelope(
             message=f"Queue '{removed.queue}' deleted.",
             result={
@@ -97,11 +184,20 @@ class AdminActions:
             raise InvalidInput("Missing since (an ISO-8601 time with a zone).")
         replay = self.admin.replay_pointer(queue, parse_utc(raw))
         s = replay.since
+        since = f"{s[0:4]}-{s[4:6]}-{s[6:8]}T{s[8:10]}:{s[10:12]}:{s[12:14]}Z"
+        self.audit.done(
+            request.environ,
+            "replay",
+            replay.queue,
+            since=since,
+            pointer=replay.pointer or '""',
+            waiting=replay.waiting,
+        )
         return envelope(
             message="Fetch after this pointer to replay from that time.",
             result={
                 "queue": replay.queue,
-                "since": f"{s[0:4]}-{s[4:6]}-{s[6:8]}T{s[8:10]}:{s[10:12]}:{s[12:14]}Z",
+                "since": since,
                 "pointer": replay.pointer,
                 "first": replay.first,
                 "waiting": replay.waiting,

@@ -17,9 +17,9 @@ from werkzeug.exceptions import HTTPException
 
 from zoscii_api.actions import Actions
 from zoscii_api.admin import AdminActions
+from zoscii_api.audit import Audit
 from zoscii_api.endpoint import Endpoint, error_response
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.ratelimit import Admission
 from zoscii_api.responses import envelope
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
@@ -30,6 +30,7 @@ from zosciimq.core.clock import Clock, utc_now
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.restart import recover_at_start
 from zosciimq.errors import VolumeUnavailable
+from zosciimq.ratelimit import Admission
 
 log = logging.getLogger("zoscii.api")
 
@@ -42,6 +43,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         log.error("data directory not usable: %s", problem)
     metrics = ApiMetrics()
     durability = settings.core.durability()
+    audit = Audit(metrics)
     queues = QueueStore(
         data_dir,
         clock=clock,
@@ -72,7 +74,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         metrics=metrics,
         watcher=watcher,
         work=WorkActions(settings, groups, metrics, watcher),
-        admin=AdminActions(QueueAdmin(data_dir, queues, groups), watcher),
+        admin=AdminActions(QueueAdmin(data_dir, queues, groups), watcher, audit),
     )
     admission = Admission(
         settings.access,
@@ -80,7 +82,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         burst=settings.rate_burst,
         trusted_proxies=settings.trusted_proxies,
     )
-    endpoint = Endpoint(settings, data_dir, actions, admission, metrics)
+    endpoint = Endpoint(settings, data_dir, actions, admission, metrics, audit)
     app = Flask(__name__)
     app.config["ZOSCII_SETTINGS"] = settings
     app.wsgi_app = endpoint.mount(app.wsgi_app)  # type: ignore[method-assign]

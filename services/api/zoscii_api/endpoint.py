@@ -6,7 +6,9 @@ contexts and response finalising cost about as much as gunicorn itself (measured
 bare werkzeug handler answers 1.6x the requests of the same handler as a Flask view)
 and buy nothing here: the endpoint is a single URL whose dispatch is by parameter, and
 every publish and fetch goes through it. The operations routes (/healthz, /metrics,
-/openapi.yaml) stay Flask views.
+/openapi.yaml) stay Flask views. With ``ZOSCII_DIRECT_ACCESS=local`` (the default) the
+endpoint answers only peers of this host's networks and trusted proxies
+(``addresses.DirectPeers``): the api's own port is not the public one.
 
 Request flow, one way: HTTP (this module, params, responses) -> actions -> core -> disk.
 """
@@ -24,19 +26,21 @@ from typing import Any
 from werkzeug.wrappers import Request
 
 from zoscii_api.actions import Actions
-from zoscii_api.admin import AdminAllow
+from zoscii_api.admin import AdminGate
+from zoscii_api.audit import Audit, queue_label
 from zoscii_api.auth import ADMIN_ACTIONS, GROUP_ACTIONS, Client
 from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import BATCH_BODY, RequestParams, query_fields, query_params, read_params
-from zoscii_api.ratelimit import Admission
 from zoscii_api.responses import Answer, Reply, envelope
 from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
 from zoscii_api.waiting import WAITED
+from zosciimq.addresses import DirectPeers, attached_networks
 from zosciimq.core import DataDir, Upload
 from zosciimq.core.groups import clean_group
 from zosciimq.cors import Cors
 from zosciimq.errors import (
+    Forbidden,
     InvalidInput,
     ReadOnly,
     TooLarge,
@@ -44,6 +48,7 @@ from zosciimq.errors import (
     WrongMethod,
     ZosciiError,
 )
+from zosciimq.ratelimit import Admission
 
 log = logging.getLogger("zoscii.api")
 
@@ -69,6 +74,10 @@ WRITE_ACTIONS = frozenset(
 # fetch went to queues/temp).
 MESSAGE_ACTIONS = frozenset({"publish", "store"})
 WELCOME = "ZOSCII MQ 1.0: a file-based message queue. API description: /openapi.yaml\n"
+NOT_PUBLIC = (
+    "This is the api's own port, for this host and its network: clients use the proxy in "
+    "front of it (ZOSCII_DIRECT_ACCESS=public makes this port public)."
+)
 READ_ONLY = "This server serves a read-only copy: writes are refused."
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]+")
@@ -88,9 +97,17 @@ class Endpoint:
         actions: Actions,
         admission: Admission,
         metrics: ApiMetrics,
+        audit: Audit,
     ) -> None:
         self.settings = settings
-        self.admin_allow = AdminAllow(settings.admin_allow)
+        self.admin_gate = AdminGate(
+            settings.access, settings.admin_allow, admission.addresses, audit
+        )
+        self.direct_peers = (
+            DirectPeers(attached_networks(), admission.addresses.trusted)
+            if settings.direct_access == "local"
+            else None
+        )
         self.data_dir = data_dir
         self.actions = actions
         self.admission = admission
@@ -150,6 +167,11 @@ class Endpoint:
     def _handle(self, request: Request) -> Answer:
         environ = request.environ
         settings = self.settings
+        if self.direct_peers is not None and not self.direct_peers.allows(
+            environ.get("REMOTE_ADDR")
+        ):
+            environ["zoscii.action"] = "invalid"
+            raise Forbidden(NOT_PUBLIC)
         raw_query = environ.get("QUERY_STRING", "").encode("latin-1")
         query = query_fields(raw_query, settings.max_field_bytes)
         client = self.admission.admit(environ, environ.get("HTTP_AUTHORIZATION"))
@@ -274,26 +296,23 @@ class Endpoint:
         if action in WRITE_ACTIONS:
             if self.settings.read_only:
                 raise ReadOnly(READ_ONLY)
-            if request.method == "HEAD":
+            if request.method == "HEAD" and action not in ADMIN_ACTIONS:  # those: POST
                 raise WrongMethod(f"Action '{action}' changes data: use GET or POST, not HEAD.")
         queue = None
         if action in QUEUE_ACTIONS:
             if raw_queue is None and client is None:
                 return  # a missing q is reported by the action itself
             queue = environ["zoscii.queue"] = self.actions.check_queue(action, raw_queue)
-        if client is not None:
+        if action in ADMIN_ACTIONS:
+            admin_queue = queue_label(raw_queue)
+            if admin_queue:  # for the access line (the action checks the name itself)
+                environ["zoscii.queue"] = admin_queue
+            self.admin_gate.admit(environ, action, admin_queue, client)
+        elif client is not None:
             # A group action's group is judged once known (URL or form; the action
             # answers a missing one): groups belong to clients (zosciimq.access).
             group = clean_group(raw_group) if raw_group and action in GROUP_ACTIONS else None
             self.settings.access.authorize(client, action, queue, group)
-        elif action in ADMIN_ACTIONS:
-            # No access control: the peer's address decides (REMOTE_ADDR, or the
-            # forwarded client when the peer is in ZOSCII_TRUSTED_PROXIES).
-            self.admin_allow.check(
-                self.admission.addresses.of(
-                    environ.get("REMOTE_ADDR"), environ.get("HTTP_X_FORWARDED_FOR")
-                )
-            )
 
     def _volume_fault(self, exc: OSError, action: str) -> Answer:
         """An OSError the core does not classify: 503 when the data volume cannot take

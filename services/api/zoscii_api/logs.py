@@ -8,7 +8,7 @@ nonce or a credential. This line has the client, method, path, the action and qu
 endpoint recognised, status, bytes sent, duration and the request id; in JSON each of
 those is a field of its own. Health checks and scrapes are not logged. The client is the
 peer, or behind a proxy in ``ZOSCII_TRUSTED_PROXIES`` the address it forwarded (the one
-the rate limit and the admin check use, ``zoscii_api.addresses``): a proxy's own
+the rate limit and the admin check use, ``zosciimq.addresses``): a proxy's own
 address in every line would say nothing.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 from gunicorn import glogging
 
-from zoscii_api.addresses import ClientAddress
 from zoscii_api.settings import ApiSettings
+from zosciimq.addresses import ClientAddress
 from zosciimq.service.logs import formatter_for, log_settings, setup_logging
 from zosciimq.settings import read_env
 

@@ -22,6 +22,8 @@ from prometheus_client import (
     multiprocess,
 )
 
+from zosciimq.service.build_info import register_build_info
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 WAIT_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 
@@ -30,6 +32,7 @@ class ApiMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        register_build_info(r, "api")
         self.requests = Counter(
             "zoscii_api_requests",
             "HTTP requests by action and status",
@@ -62,6 +65,18 @@ class ApiMetrics:
         self.fetched = Counter(
             "zoscii_api_messages_fetched", "Messages fetched", ["queue"], registry=r
         )
+        self.admin_actions = Counter(
+            "zoscii_api_admin_actions",
+            "Admin actions (queues, purge, delete, replay) by outcome: done, failed, refused",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.admin_removed = Counter(
+            "zoscii_api_admin_removed_messages",
+            "Messages removed by purge and delete",
+            ["action"],
+            registry=r,
+        )
 
         # labels() takes a lock and builds a key on every call; an answered request's
         # children are looked up here instead (actions and statuses are bounded sets).
@@ -89,6 +104,12 @@ class ApiMetrics:
         counters[0].inc(messages)
         counters[1].inc(size)
 
+    def admin_action(self, action: str, outcome: str, *, removed: int = 0) -> None:
+        """Count one admin action (``zoscii_api.audit``) and the messages it removed."""
+        self.admin_actions.labels(action, outcome).inc()
+        if removed:
+            self.admin_removed.labels(action).inc(removed)
+
     def answered(self, action: str, status: int, seconds: float, waited: float) -> None:
         """Count one answered request: ``seconds`` to answer it, ``waited`` of them in a
         long poll (kept apart, so a fetch that waited 20 s is not a slow fetch)."""
@@ -105,5 +126,6 @@ class ApiMetrics:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
+            register_build_info(registry, "api")  # not a multiprocess metric: per scrape
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoscii_api.addresses import parse_network
 from zoscii_api.auth import AccessControl
+from zosciimq.addresses import is_host_name, parse_network
 from zosciimq.core.policy import PolicySource
 from zosciimq.cors import parse_origins
 from zosciimq.service.config import read_service_env
@@ -33,10 +33,12 @@ ACTIONS = (
 # The actions on one queue, checked against the client's patterns: publish against its
 # write patterns, the others (reading, and working through a consumer group) its read.
 QUEUE_ACTIONS = frozenset({"publish", "fetch", "consume", "ack", "requeue", "deadletter", "extend"})
-# Operators' actions on whole queues (zoscii_api.admin): the "admin" right with access
-# control on, otherwise only from the addresses of ZOSCII_ADMIN_ALLOW (ADMIN_ACTIONS,
-# from zosciimq.access).
-LOOPBACK = ("127.0.0.1/32", "::1/128")
+# Operators' actions on whole queues (zoscii_api.admin, ADMIN_ACTIONS from
+# zosciimq.access): a credential always (the "admin" right, or the operator's token
+# ZOSCII_ADMIN_TOKEN_SHA256), and an address of ZOSCII_ADMIN_ALLOW when that is set.
+# Who may use the protocol without the proxy (ZOSCII_DIRECT_ACCESS): "local" peers only
+# (loopback, the networks the api is attached to, trusted proxies), or "public": anyone.
+DIRECT_ACCESS = ("local", "public")
 
 
 def _actions(raw: str) -> frozenset[str]:
@@ -51,21 +53,37 @@ def _queues(raw: str) -> frozenset[str]:
     return frozenset(q.strip().lower() for q in raw.split(",") if q.strip())
 
 
-def _networks(raw: str, variable: str = "ZOSCII_TRUSTED_PROXIES") -> tuple[str, ...]:
+def _networks(raw: str, variable: str = "ZOSCII_ADMIN_ALLOW") -> tuple[str, ...]:
     items = tuple(item.strip() for item in raw.split(",") if item.strip())
     for item in items:
         try:
-            parse_network(item)  # as they are used (zoscii_api.addresses)
+            parse_network(item)  # as they are used (zosciimq.addresses)
         except ValueError:
             raise SettingsError(f"{variable}: {item!r} is not an address") from None
     return items
 
 
+def _trusted_proxies(raw: str) -> tuple[str, ...]:
+    """Addresses, CIDR ranges or host names (a name: only the addresses it resolves to)."""
+    items = tuple(item.strip() for item in raw.split(",") if item.strip())
+    for item in items:
+        if not is_host_name(item):
+            _networks(item, "ZOSCII_TRUSTED_PROXIES")
+    return items
+
+
 def _admin_allow(raw: str) -> tuple[str, ...]:
-    """CIDR list; ``none``: admin actions need access control's "admin" right."""
+    """CIDR list the admin actions are further restricted to; ``none``: nobody."""
     if raw.strip().lower() == "none":
         return ()
     return _networks(raw, "ZOSCII_ADMIN_ALLOW")
+
+
+def _direct_access(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in DIRECT_ACCESS:
+        raise SettingsError(f"ZOSCII_DIRECT_ACCESS={raw!r}: use local or public")
+    return value
 
 
 @dataclass(frozen=True)
@@ -92,11 +110,16 @@ class ApiSettings:
     rate_limit: float = env_field("ZOSCII_RATE_LIMIT", 0.0, minimum=0.0)  # per client, 0: off
     rate_burst: int = env_field("ZOSCII_RATE_BURST", 0, minimum=0)  # 0: one second's worth
     trusted_proxies: tuple[str, ...] = env_field(
-        "ZOSCII_TRUSTED_PROXIES", (), parse=_networks
+        "ZOSCII_TRUSTED_PROXIES", (), parse=_trusted_proxies
     )  # peers whose X-Forwarded-For is believed
-    # Without access control, the admin actions answer only these peers (CIDR list,
-    # "none" for nobody); the address is REMOTE_ADDR, or through ZOSCII_TRUSTED_PROXIES.
-    admin_allow: tuple[str, ...] = env_field("ZOSCII_ADMIN_ALLOW", LOOPBACK, parse=_admin_allow)
+    # Admin actions, besides their credential, only from these addresses (CIDR list,
+    # "none" for nobody; unset: from anywhere); the address is REMOTE_ADDR, or through
+    # ZOSCII_TRUSTED_PROXIES.
+    admin_allow: tuple[str, ...] | None = env_field("ZOSCII_ADMIN_ALLOW", None, parse=_admin_allow)
+    # "local": the protocol answers only loopback, the api's own networks and trusted
+    # proxies, so its own port cannot become the public one by a port mapping alone;
+    # "public": anyone (the api is the public endpoint, without the proxy in front).
+    direct_access: str = env_field("ZOSCII_DIRECT_ACCESS", "local", parse=_direct_access)
     header_timeout_seconds: int = env_field("ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1)
     # A keep-alive client that came back this quickly last time is waited for on its
     # thread instead of the poller (zoscii_api.worker); 0 turns that off.

@@ -9,11 +9,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from zoscii_claireup.report import AREAS, RunReport
+from zosciimq.service.build_info import register_build_info
 
 
 class ClaireupMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        register_build_info(registry, "claireup")
         labels = ["area", "queue"]
         self.deleted_files = Counter(
             "zoscii_claireup_deleted_files_total",

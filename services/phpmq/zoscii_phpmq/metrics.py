@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from zosciimq.service.build_info import register_build_info
+
 PREFIX = "zoscii_phpmq"
 COMMIT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 EVENTS = ("received", "sent", "acked", "requeued", "dead_lettered")
@@ -16,6 +18,7 @@ EVENTS = ("received", "sent", "acked", "requeued", "dead_lettered")
 class PhpmqMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        register_build_info(self.registry, "phpmq")
         r = self.registry
         self.open_connections = Gauge(
             f"{PREFIX}_open_connections", "PHPMQ connections open now.", registry=r

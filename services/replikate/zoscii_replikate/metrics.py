@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from zosciimq.service.build_info import register_build_info
+
 PREFIX = "zoscii_replikate"
 # The job's name. Not "job": Prometheus attaches its own "job" (the scrape job) to every
 # series, and a target's "job" would be renamed "exported_job" on the way in.
@@ -20,6 +22,7 @@ class ReplikateMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        register_build_info(self.registry, "replikate")
         r = self.registry
         self.messages = Counter(
             f"{PREFIX}_messages", "Messages replicated (written locally).", [LABEL], registry=r

@@ -12,16 +12,24 @@
 
 The api decides every time (the buttons are a convenience, not the check): a caller
 without the right who forges the steps gets the api's 403.
+
+Without access control the console's pages are open and carry no credentials, so the
+api answers 401 to the buttons' question: the queue page then offers to sign in
+(``/login?queue=<q>``, ``AdminPanel.sign_in``), which asks the browser for the
+operator's token (HTTP Basic: user ``admin``, the token as password), has the api check
+it, and goes back to the queue. Signed in at the console's root, the browser sends the
+token with every later page of the console, and the relay passes it on.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from zoscii_statissa.forms import FormTokens, credential, cross_site
 from zoscii_statissa.relay import ApiRelay, Caller, RelayError
@@ -38,6 +46,11 @@ RETYPED = frozenset({"purge", "delete"})  # destructive: the queue name is typed
 OFF = (
     "Admin actions are off in this console: set ZOSCII_STATISSA_API_URL to the api's URL "
     "(statissa's README, \u201cAdmin actions\u201d)."
+)
+REALM = 'Basic realm="ZOSCII MQ admin", charset="UTF-8"'
+SIGN_IN = (
+    "Sign in with the operator's token: user name <b>admin</b>, the token as password "
+    "(<code>make up</code> printed it; it is kept in <code>secrets/admin-token</code>)."
 )
 
 ADMIN_STYLE = """\
@@ -82,8 +95,8 @@ PAGE_TEMPLATE = """\
 </head>
 <body>
 <header>
-  <h1><a href="../../../">ZOSCII MQ console</a> / <a href="../../{{ queue|urlencode }}"
-    class="qname">{{ queue }}</a> / {{ action }}</h1>
+  <h1><a href="{{ root }}">ZOSCII MQ console</a> / <a
+    href="{{ root }}queues/{{ queue|urlencode }}" class="qname">{{ queue }}</a> / {{ action }}</h1>
   <div class="meta">Admin actions are carried out by the api, with your credentials.</div>
 </header>
 <main>
@@ -104,7 +117,7 @@ PAGE_TEMPLATE = """\
   <input id="confirm" name="confirm" autocomplete="off" spellcheck="false" required>{% endif %}
   <div class="row"><button type="submit" id="confirm-button"{% if retype %}
     class="danger"{% endif %}>{{ button }}</button>
-  <a href="../../{{ queue|urlencode }}">Cancel</a></div>
+  <a href="{{ root }}queues/{{ queue|urlencode }}">Cancel</a></div>
 </form>
 </div>
 </section>
@@ -116,8 +129,8 @@ PAGE_TEMPLATE = """\
 {% if note %}<p class="pad muted">{{ note }}</p>{% endif %}
 </section>
 {% endif %}
-<footer><a href="../../{{ queue|urlencode }}">Back to {{ queue }}</a> &middot;
-  <a href="../../../">All queues</a> &middot; times are UTC</footer>
+<footer><a href="{{ root }}queues/{{ queue|urlencode }}">Back to {{ queue }}</a> &middot;
+  <a href="{{ root }}">All queues</a> &middot; times are UTC</footer>
 </main>
 </body>
 </html>
@@ -128,6 +141,13 @@ PAGE_TEMPLATE = """\
 class Page:
     html: str
     status: int
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def sign_in_link(queue: str, prefix: str) -> Markup:
+    """A link to sign in for ``queue``'s admin actions, from a page ``prefix`` below the root."""
+    href = f"{prefix}login?queue={quote(queue)}"
+    return Markup('<a id="sign-in" href="{}">sign in</a>').format(href)
 
 
 class AdminPanel:
@@ -148,13 +168,42 @@ class AdminPanel:
         try:
             self.relay.check(Caller.of(environ), queue)
         except RelayError as exc:
-            if exc.status in (401, 403):
+            if exc.status == 401:
+                return [], Markup(
+                    "Admin actions need the operator's token: {} to use them."
+                ).format(sign_in_link(queue, "../"))
+            if exc.status == 403:
                 return [], (
                     f"No admin actions offered: the api refuses them to you (it answered "
                     f"{exc.status}: {exc})"
                 )
             return [], f"No admin actions offered: the api answered {exc.status}: {exc}"
         return [Markup(self._bar.render(base=queue))], ""
+
+    # --- signing in (access control off: the pages carry no credentials) ----------------
+    def sign_in(self, environ: Mapping[str, Any], queue: str) -> Page:
+        """401 with a challenge until the browser sends a token the api takes for admin
+        actions on ``queue``; then back to the queue's page."""
+        if self.relay is None:
+            return self._error(queue, "sign-in", 503, "Not available", OFF)
+        caller = Caller.of(environ)
+        if caller.authorization is None:
+            return self._challenge(queue, Markup(SIGN_IN))
+        try:
+            self.relay.check(caller, queue)
+        except RelayError as exc:
+            if exc.status == 401:
+                message = Markup("The api did not accept that token ({}). {}").format(
+                    exc, Markup(SIGN_IN)
+                )
+                return self._challenge(queue, message)
+            return self._refused(queue, "sign-in", exc)
+        log.info("console: %s signed in for admin actions", caller.address)
+        return Page("", 303, {"Location": f"queues/{quote(queue)}"})
+
+    def _challenge(self, queue: str, message: Markup) -> Page:
+        page = self._error(queue, "sign-in", 401, "Sign in", message)
+        return Page(page.html, 401, {"WWW-Authenticate": REALM})
 
     # --- step 2: the confirmation page ---------------------------------------------------
     def confirm(self, environ: Mapping[str, Any], queue: str, action: str, value: str) -> Page:
@@ -186,6 +235,7 @@ class AdminPanel:
     ) -> Page:
         token = self.tokens.issue(action, queue, value, credential(caller.authorization))
         html = self._page.render(
+            root=_root(action),
             stage="confirm",
             queue=queue,
             action=action,
@@ -280,6 +330,7 @@ class AdminPanel:
                 "after=<pointer>) to receive again every message published since then."
             )
         html = self._page.render(
+            root=_root(action),
             stage="done",
             queue=queue,
             action=action,
@@ -293,12 +344,18 @@ class AdminPanel:
         return Page(html, 200)
 
     def _refused(self, queue: str, action: str, exc: RelayError) -> Page:
-        # 401 without a challenge would confuse a browser: it is a refusal here
-        status = 403 if exc.status == 401 else exc.status
-        return self._error(queue, action, status, f"The api answered {exc.status}", str(exc))
+        # 401 without a challenge would confuse a browser: a refusal here, and a way in
+        if exc.status == 401:
+            link = sign_in_link(queue, _root(action))
+            message = Markup("{} (the api asks for the operator's token: {} first).").format(
+                escape(str(exc)), link
+            )
+            return self._error(queue, action, 403, "The api answered 401", message)
+        return self._error(queue, action, exc.status, f"The api answered {exc.status}", str(exc))
 
     def _error(self, queue: str, action: str, status: int, title: str, message: str) -> Page:
         html = self._page.render(
+            root=_root(action),
             stage="error",
             queue=queue,
             action=action,
@@ -307,6 +364,12 @@ class AdminPanel:
             error_title=title,
         )
         return Page(html, status)
+
+
+def _root(action: str) -> str:
+    """The console's root, relative to the page of ``action`` (/queues/<q>/admin/<action>,
+    or /login to sign in): pages work behind a path prefix."""
+    return "../../../" if action in ACTIONS else ""
 
 
 def describe(action: str, value: str) -> str:

@@ -50,8 +50,10 @@ FETCH_NODATA = (
     "computation (ZOSCII_STATISSA_API_URL, ZOSCII_STATISSA_API_METRICS_URLS)."
 )
 
-_W, _H = 600.0, 190.0
-_LEFT, _RIGHT, _TOP, _BOTTOM = 62.0, 14.0, 12.0, 26.0
+# The viewBox is about the width a chart is drawn at (three to a row at 1280 px: ~385 px),
+# so its 13-unit labels show at 11-12 px rather than shrink with a wider box.
+_W, _H = 420.0, 160.0
+_LEFT, _RIGHT, _TOP, _BOTTOM = 76.0, 12.0, 12.0, 28.0
 
 
 def pick_range(raw: str | None) -> str:
@@ -77,6 +79,9 @@ class Chart:
     series: tuple[tuple[str, Series], ...]
     fmt: Callable[[float], str]
     nodata: str = NO_HISTORY
+    # the time axis (first, last): the same for every chart of a page, up to its figures'
+    # time; None: the series' own first and last times
+    span: tuple[float, float] | None = None
 
     @property
     def empty(self) -> bool:
@@ -102,9 +107,10 @@ def render_chart(chart: Chart, *, link: Callable[[str], str] | None = None) -> M
         )
     times = [t for _, points in series for t, _ in points]
     values = [v for _, points in series for _, v in points]
-    start, end = min(times), max(times)
-    if end - start < 1:
-        start, end = start - 30, end + 30
+    start, end = chart.span or (min(times), max(times))
+    start, end = min(start, *times), max(end, *times)
+    if end - start < 1:  # one moment: the minute before it, never a time after it
+        start = end - 60
     top = _nice_ceiling(max(values))
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
@@ -186,7 +192,7 @@ def _time_label(t: float, span: float) -> str:
 def window(history: History, snapshot: Snapshot | None, range_key: str) -> list[HistoryPoint]:
     """The points of the chosen range, up to the served snapshot (or now)."""
     end = snapshot.generated_at if snapshot is not None else datetime.now(UTC).timestamp()
-    return history.points(since=end - RANGES[range_key])
+    return history.points(since=end - RANGES[range_key], until=end)
 
 
 def overview_charts(points: Sequence[HistoryPoint], snapshot: Snapshot) -> list[Chart]:
@@ -197,18 +203,21 @@ def overview_charts(points: Sequence[HistoryPoint], snapshot: Snapshot) -> list[
 
 
 def _queue_charts(points: Sequence[HistoryPoint], queues: Sequence[str]) -> list[Chart]:
+    span = _span(points)
     return [
         Chart(
             "depth",
             "Depth (messages)",
             tuple((q, queue_series(points, q, "messages")) for q in queues),
             fmt_count,
+            span=span,
         ),
         Chart(
             "rate",
             "Publish rate (messages per minute)",
             tuple((q, publish_rates(points, q)) for q in queues),
             fmt_rate,
+            span=span,
         ),
         Chart(
             "fetch",
@@ -216,14 +225,22 @@ def _queue_charts(points: Sequence[HistoryPoint], queues: Sequence[str]) -> list
             tuple((q, fetch_rates(points, q)) for q in queues),
             fmt_rate,
             nodata=NO_HISTORY if any(p.fetch_counts_known for p in points) else FETCH_NODATA,
+            span=span,
         ),
         Chart(
             "age",
             "Oldest message age",
             tuple((q, queue_series(points, q, "oldest_age_seconds")) for q in queues),
             human_age,
+            span=span,
         ),
     ]
+
+
+def _span(points: Sequence[HistoryPoint]) -> tuple[float, float] | None:
+    """One time axis for a page's charts: its first point to its last (a rate starts at the
+    second point; without this, that chart's axis would not line up with the others)."""
+    return (points[0].at, points[-1].at) if points else None
 
 
 def queue_charts(
@@ -237,6 +254,7 @@ def queue_charts(
                 "Consumer group lag (messages waiting)",
                 tuple((g.group, group_series(points, queue, g.group)) for g in groups),
                 fmt_count,
+                span=_span(points),
             )
         )
     return charts

@@ -6,8 +6,9 @@ changes something is accepted only when
 
 * the browser says it comes from a page of this origin: ``Sec-Fetch-Site`` (when sent)
   is ``same-origin``, and ``Origin`` (or, without it, ``Referer``) names this host
-  (the ``Host`` header: a proxy in front must pass it through); neither header: refused,
-  as every browser sends ``Origin`` with a POST;
+  (the ``Host`` header: a proxy in front must pass it through; ``hosts`` has refused
+  any name the operator did not configure, so a rebound DNS name cannot pass); neither
+  header: refused, as every browser sends ``Origin`` with a POST;
 * and it carries a token only this process issues: an HMAC over the action, the queue,
   the confirmed parameter and the caller's credentials, with the issuing time, under a
   key made when the app is built. Another site can make the browser post but cannot read

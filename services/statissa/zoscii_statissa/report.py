@@ -33,8 +33,11 @@ STYLE = """\
   th, td { padding:7px 12px; text-align:right; white-space:nowrap;
            border-bottom:1px solid var(--line); }
   th { font-weight:600; color:var(--muted); font-size:12px; text-transform:uppercase;
-       letter-spacing:.03em; background:#fcfcfd; }
+       letter-spacing:.03em; background:#fcfcfd; white-space:normal; }
   td.name, th.name { text-align:left; font-family:ui-monospace,Menlo,Consolas,monospace; }
+  /* long names and times wrap, so that the tables fit their cards at 1280 px */
+  td.name { white-space:normal; overflow-wrap:anywhere; min-width:12ch; max-width:30ch; }
+  td.when { white-space:normal; min-width:10ch; }
   tr:last-child td { border-bottom:0; }
   .cards { display:flex; gap:12px; flex-wrap:wrap; margin-bottom:20px; }
   .card { background:#fff; border:1px solid var(--line); border-radius:8px; padding:12px 16px;
@@ -42,11 +45,11 @@ STYLE = """\
   .card .v { font-size:20px; font-weight:600; }
   .card .k { color:var(--muted); font-size:12px; }
   .share { display:flex; align-items:center; gap:8px; justify-content:flex-end; }
-  .share .track { width:120px; height:10px; background:#eef2f6; border-radius:5px;
+  .share .track { width:72px; height:10px; background:#eef2f6; border-radius:5px;
                   overflow:hidden; }
   .share .fill { height:100%; background:var(--bar); }
   .spark { display:inline-flex; align-items:flex-end; gap:1px; height:24px; vertical-align:middle; }
-  .spark span { width:4px; background:var(--bar); min-height:1px; opacity:.85; }
+  .spark span { width:3px; background:var(--bar); min-height:1px; opacity:.85; }
   .spark span.zero { background:#e4e7ec; }
   .banner { border-radius:8px; padding:12px 16px; margin-bottom:20px; }
   .banner.bad { background:var(--badbg); color:var(--bad); border:1px solid #fecdca; }
@@ -73,7 +76,7 @@ STYLE = """\
   .chart figcaption { font-weight:600; font-size:13px; margin-bottom:4px; }
   .chart-svg { display:block; width:100%; height:auto; }
   .chart-svg .grid { stroke:#e4e7ec; stroke-width:1; }
-  .chart-svg .tick { fill:#667085; font-size:11px; }
+  .chart-svg .tick { fill:#667085; font-size:13px; }
   .chart-svg path { stroke-width:1.8; }
   .chart-svg circle { stroke:none; }
   .legend { display:flex; flex-wrap:wrap; gap:4px 14px; font-size:12px; color:var(--muted); }
@@ -141,8 +144,8 @@ TEMPLATE = """\
 <table>
 <thead><tr>
   <th class="name">Queue</th><th>Messages</th><th>Size</th><th>Share of storage</th>
-  <th>Oldest</th><th>Newest</th><th>Oldest age</th><th>Expiring &le; 24 h</th>
-  <th>Published, last 24 h</th>
+  <th>Oldest</th><th>Newest</th><th>Oldest age</th><th>Expiring &le; 24&nbsp;h</th>
+  <th>Published, last 24&nbsp;h</th>
 </tr></thead>
 <tbody>
 {% for q in snapshot.queues %}{{ group_row(q, true) }}{% endfor %}
@@ -183,7 +186,7 @@ TEMPLATE = """\
 <table>
 <thead><tr>
   <th class="name"></th><th>Messages</th><th>Size</th><th>Share of storage</th>
-  <th>Oldest</th><th>Newest</th><th>Oldest age</th><th>Expiring &le; 24 h</th>
+  <th>Oldest</th><th>Newest</th><th>Oldest age</th><th>Expiring &le; 24&nbsp;h</th>
   <th>Unidentified (-u)</th>
 </tr></thead>
 <tbody>{{ group_row(snapshot.store, false) }}</tbody>
@@ -235,8 +238,8 @@ _ROW = """\
   <td><div class="share"><span>{{ "%.1f"|format(g.storage_share * 100) }}&nbsp;%</span>
     <div class="track"><div class="fill" style="width:{{ "%.1f"|format(g.storage_share * 100) }}%">
     </div></div></div></td>
-  <td>{{ when(g.oldest_timestamp) or "\u2013" }}</td>
-  <td>{{ when(g.newest_timestamp) or "\u2013" }}</td>
+  <td class="when">{{ when(g.oldest_timestamp) or "\u2013" }}</td>
+  <td class="when">{{ when(g.newest_timestamp) or "\u2013" }}</td>
   <td>{{ age(g.oldest_age_seconds) }}</td>
   <td{% if g.expired %} title="{{ num(g.expired) }} already past retention"{% endif %}>
     {{ num(g.expiring_24h) }}</td>

@@ -28,6 +28,7 @@ from gunicorn.workers.gthread import ThreadWorker
 from zoscii_statissa.compute import Scanner, compute_snapshot
 from zoscii_statissa.fetch_counts import FetchCounts
 from zoscii_statissa.history import History, recording
+from zoscii_statissa.hosts import KnownHosts
 from zoscii_statissa.settings import Settings
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zoscii_statissa.spark import SparkScanner
@@ -71,6 +72,7 @@ class Runtime:
             history=self.history,
             admin=admin_panel(settings.api_url, settings.api_timeout_seconds),
             live_url=settings.live_url,
+            hosts=KnownHosts(settings.public_origins),
         )
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.scheduler.add_job(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from zoscii_statissa.hosts import origin_netloc
 from zosciimq.access import AccessControl
 from zosciimq.service.config import read_service_env
 from zosciimq.service.logs import log_settings
@@ -42,6 +43,19 @@ def _live_url(raw: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
         raise SettingsError(f"ZOSCII_STATISSA_LIVE_URL: {raw!r} is not http(s)://host[:port]/")
     return raw
+
+
+def _origins(raw: str) -> tuple[str, ...]:
+    """The console's public addresses: ``scheme://host[:port]`` each."""
+    origins = tuple(item.strip() for item in raw.split(",") if item.strip())
+    for origin in origins:
+        try:
+            origin_netloc(origin)
+        except ValueError:
+            raise SettingsError(
+                f"ZOSCII_STATISSA_PUBLIC_ORIGINS: {origin!r} is not http(s)://host[:port]"
+            ) from None
+    return origins
 
 
 def _metrics_urls(raw: str) -> tuple[str, ...]:
@@ -89,6 +103,11 @@ class Settings:
     # the api the console's admin buttons relay to, with the operator's own credentials
     # (empty or "none": no admin actions in the console), and how long such a request may take
     api_url: str = env_field("ZOSCII_STATISSA_API_URL", "", parse=_api_url)
+    # the names the console answers to besides its IP addresses and localhost (DNS
+    # rebinding: hosts.py), e.g. https://console.example.com behind a TLS proxy
+    public_origins: tuple[str, ...] = env_field(
+        "ZOSCII_STATISSA_PUBLIC_ORIGINS", (), parse=_origins
+    )
     api_timeout_seconds: int = env_field(
         "ZOSCII_STATISSA_API_TIMEOUT_SECONDS", 120, minimum=1, maximum=3600
     )

@@ -13,7 +13,9 @@ and /metrics needs the right ``statistics``: it names every queue and group. /he
 and /metrics stay open, for orchestrators and Prometheus, which carry no credentials
 (put the port behind a network boundary when queue names in metrics are a secret).
 A message's page also needs the queue's read right (``message_page``); the admin actions
-are the api's to allow (``admin_pages``, ``relay``).
+are the api's to allow (``admin_pages``, ``relay``; /login asks a browser for the
+operator's token when access control is off). Every request but /healthz and /metrics
+must name the console by a known host (``hosts``: DNS rebinding).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from zoscii_statissa.console import (
     window,
 )
 from zoscii_statissa.history import History, HistoryPoint
+from zoscii_statissa.hosts import KnownHosts
 from zoscii_statissa.message_page import PEEK_BYTES, MessagePage
 from zoscii_statissa.relay import ApiRelay
 from zoscii_statissa.report import ReportPage
@@ -51,12 +54,13 @@ from zosciimq.core import browse
 from zosciimq.core.errors import InvalidInput, MessageNotFound, QueueNotFound
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import is_queue_name
-from zosciimq.service import Health
+from zosciimq.service import Health, register_build_info
 from zosciimq.service.ops import StartResponse, WsgiApp, ops_app
 
 log = logging.getLogger(__name__)
 
 REFRESH = "/refresh"  # POST only (as the admin forms under QUEUES)
+LOGIN = "/login"  # signing in for the admin actions (admin_pages.AdminPanel.sign_in)
 STATISTICS = "statistics"  # the right the page, /stats.json and /refresh need
 QUEUES = "/queues/"  # the queue pages: /queues/<name>
 CLIENT = "zoscii.client"  # where ``guarded`` leaves the authenticated client (environ)
@@ -64,6 +68,7 @@ CLIENT = "zoscii.client"  # where ``guarded`` leaves the authenticated client (e
 
 def build_registry(keeper: SnapshotKeeper) -> CollectorRegistry:
     registry = CollectorRegistry()
+    register_build_info(registry, "statissa")
     registry.register(StatissaCollector(keeper))
     ProcessCollector(registry=registry)
     return registry
@@ -77,21 +82,28 @@ def create_app(
     history: History | None = None,
     admin: AdminPanel | None = None,
     live_url: str = "",
+    hosts: KnownHosts | None = None,
 ) -> WsgiApp:
     """Everything statissa serves, as one WSGI app. ``history``: the one the computation
     appends to (read from the volume when not given); ``admin``: the admin actions (off
+    when not given); ``hosts``: the names it answers to (IP addresses and localhost
     when not given)."""
     history = history if history is not None else History(data_dir)
     access = access or AccessControl([])
     admin = admin if admin is not None else AdminPanel(None)
+    hosts = hosts if hosts is not None else KnownHosts()
     pages = guarded(create_pages(keeper, data_dir, history, access, admin, live_url), access)
     ops = ops_app(
         partial(health, keeper, data_dir),
         build_registry(keeper),
-        {"/": pages, "/stats.json": pages, "/history.json": pages, "/live.js": pages},
+        {"/": pages, "/stats.json": pages, "/history.json": pages, "/live.js": pages, LOGIN: pages},
     )
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        refusal = hosts.refusal(environ)
+        if refusal is not None:
+            log.info("refused a request for host %r", str(environ.get("HTTP_HOST"))[:100])
+            return _deny(start_response, "421 Misdirected Request", refusal)
         path = environ.get("PATH_INFO", "")
         if path == REFRESH or path.startswith(QUEUES):
             return pages(environ, start_response)
@@ -220,6 +232,14 @@ def create_pages(
             log.warning("cannot read %s/%s: %s", name, message, exc)
             return html(message_page.render(name, message, None, error=str(exc)), 500)
         return html(message_page.render(name, message, peeked))
+
+    @app.get(LOGIN)
+    def login() -> tuple[Response, int]:
+        name = request.args.get("queue", "")
+        if not known_queue(name):
+            return Response("no such queue\n", mimetype="text/plain"), 404
+        shown = admin.sign_in(request.environ, name)
+        return Response(shown.html, mimetype="text/html", headers=shown.headers), shown.status
 
     @app.get(f"{QUEUES}<name>/admin/<action>")
     def confirm(name: str, action: str) -> tuple[Response, int]:

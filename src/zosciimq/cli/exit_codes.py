@@ -13,6 +13,7 @@ from zosciimq.client import (
     NotFound,
     PayloadTooLarge,
     ProtocolError,
+    QueueFull,
     RangeNotSatisfiable,
     ReplyTooLarge,
     ServerError,
@@ -32,6 +33,7 @@ NOTHING_NEW = 4
 AUTH = 5
 INVALID = 6
 UNAVAILABLE = 7
+FULL = 8
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (| head)
 
@@ -44,6 +46,7 @@ TABLE = (
     (AUTH, "not authenticated or not allowed (HTTP 401/403, action or queue switched off)"),
     (INVALID, "too large or invalid input (HTTP 400/413/416, an unreadable input file)"),
     (UNAVAILABLE, "server unavailable or network error (after retries; HTTP 5xx)"),
+    (FULL, "the queue is full (its policy's limits, HTTP 507): nothing was stored"),
     (INTERRUPTED, "interrupted (Ctrl-C)"),
 )
 
@@ -54,6 +57,8 @@ def epilog() -> str:
 
 def exit_code_for(error: ZosciiClientError) -> int:
     status = getattr(error, "status", None)
+    if isinstance(error, QueueFull):  # not the server: that queue, until it is drained
+        return FULL
     if isinstance(error, (TransportError, TruncatedReply, TryAgain, StorageFull)):
         return UNAVAILABLE
     if status in (401, 403) or isinstance(error, Forbidden):

@@ -201,8 +201,8 @@ def _message_options(sub: argparse.ArgumentParser, *, batch: bool = False) -> No
         "--retention",
         type=_days,
         metavar="DAYS",
-        help="days to keep it, 0-9999 (default: the server's; 0 as shipped, which means "
-        "deleted at the next cleanup run)",
+        help="days to keep it, 0-9999 (default: the server's, or its queue policy's; 30 as "
+        "shipped. 0 means deleted at the next cleanup run)",
     )
     sub.add_argument(
         "-n",

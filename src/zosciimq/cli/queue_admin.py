@@ -1,9 +1,9 @@
 """queues, purge, delete, replay: operators' commands on whole queues.
 
-They need the server's ``admin`` right (or, without access control, an address in
-its ZOSCII_ADMIN_ALLOW). purge and delete cannot be undone, so on a terminal they ask
-first; a script must say ``--yes``, and without either they refuse (exit 2) rather
-than guess.
+They need the server's ``admin`` right: the operator's token (``make up`` prints it;
+``--token`` or ``$ZOSCII_TOKEN``) or a client's token with that right. purge and delete
+cannot be undone, so on a terminal they ask first; a script must say ``--yes``, and
+without either they refuse (exit 2) rather than guess.
 """
 
 from __future__ import annotations

@@ -69,7 +69,18 @@ def work(ctx: Context) -> int:
             on_settled=runner.report,
         )
         stats = worker.run()
-    if not console.json:
+    if console.json:  # the last line, after one per message
+        console.result(
+            action="work",
+            summary=True,
+            queue=args.queue,
+            group=args.group,
+            acked=stats.acked,
+            requeued=stats.requeued,
+            dead_lettered=stats.dead_lettered,
+            lost=stats.lost,
+        )
+    else:
         console.notice(
             f"{args.queue}/{args.group}: {stats.acked} acked, {stats.requeued} requeued, "
             f"{stats.dead_lettered} dead-lettered, {stats.lost} lost"

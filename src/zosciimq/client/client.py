@@ -674,7 +674,7 @@ class ZosciiClient:
         envelope = self._call(params, method="POST")
         return _names(envelope.result)
 
-    # --- operators (the "admin" right, or an address in ZOSCII_ADMIN_ALLOW) -----------------
+    # --- operators (the "admin" right: the operator's token, or a client's) -------------------
     def queues(self, queue: str | None = None) -> list[dict[str, Any]]:
         """Every queue (or ``queue``) with messages, bytes, oldest/newest name and time,
         and its consumer groups with their lag (PROTOCOL.md 3, "Admin actions")."""
@@ -707,7 +707,7 @@ class ZosciiClient:
     def replay(self, queue: str, since: str | datetime) -> dict[str, Any]:
         """``replay_pointer`` with the rest of the answer: ``first`` and ``waiting``."""
         params = {"action": "replay", "q": queue, "since": _iso(since)}
-        return _mapping(self._call(params).result, "replay")
+        return _mapping(self._call(params, method="POST").result, "replay")
 
     def welcome(self) -> str:
         """The server's plain-text greeting: a cheap check that it is there."""

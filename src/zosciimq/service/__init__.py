@@ -5,6 +5,7 @@ The four services import this; nothing here knows the data directory's format (t
 ``zosciimq.core``) or any one service's business.
 """
 
+from zosciimq.service.build_info import register_build_info
 from zosciimq.service.logs import setup_logging
 from zosciimq.service.ops import Health, OpsServer, ops_app
 from zosciimq.service.process import (
@@ -24,6 +25,7 @@ __all__ = [
     "OpsServer",
     "StopSignal",
     "ops_app",
+    "register_build_info",
     "settings_or_exit",
     "setup_logging",
     "version",
