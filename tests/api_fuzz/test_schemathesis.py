@@ -66,6 +66,10 @@ class CountingApp:
         self.actions: Counter[tuple[str, int]] = Counter()
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        # schemathesis' WSGI transport leaves the peer out; a server always sets it. A
+        # loopback peer, as in the container's own health checks, may use the api's port.
+        environ.setdefault("REMOTE_ADDR", "127.0.0.1")
+
         def counting_start_response(status: str, headers: list, *args: Any) -> Callable:
             code = int(status.split()[0])
             self.statuses[code] += 1
