@@ -36,6 +36,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.api_fuzz.helpers import OPENAPI_PATH, make_app
+from zoscii_api.context import KEY as CONTEXT
 from zoscii_api.params import BATCH_BODY
 from zoscii_api.settings import ACTIONS
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload, parse_name
@@ -73,7 +74,8 @@ class CountingApp:
         def counting_start_response(status: str, headers: list, *args: Any) -> Callable:
             code = int(status.split()[0])
             self.statuses[code] += 1
-            self.actions[environ.get("zoscii.action", environ["PATH_INFO"]), code] += 1
+            context = environ.get(CONTEXT)
+            self.actions[context.action if context else environ["PATH_INFO"], code] += 1
             return start_response(status, headers, *args)
 
         return self.app(environ, counting_start_response)

@@ -17,6 +17,7 @@ from typing import BinaryIO
 from werkzeug.wrappers import Request
 
 from zoscii_api.admin import AdminActions
+from zoscii_api.context import context_of
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import BATCH_BODY, RequestParams, whole_number
 from zoscii_api.responses import Answer, batch_response, envelope, message_response
@@ -179,7 +180,7 @@ class Actions:
                 empty = result.queue_empty
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self.watcher.wait_counted(
-                request.environ, queue, generation, remaining
+                context_of(request.environ), queue, generation, remaining
             ):
                 break
         return envelope(message="Queue is empty." if empty else "No new messages.")
@@ -260,8 +261,8 @@ BATCH_BODIES = f"multipart/form-data, {BATCH_BODY}"
 
 def _nonce(request: Request, raw: str | None) -> str | None:
     """The clean nonce, kept to its client's own requests when access control is on
-    (``zoscii.client``, set by the endpoint): a partner cannot use up another's nonces."""
-    return scoped(clean_nonce(raw), request.environ.get("zoscii.client"))
+    (the request's context): a partner cannot use up another's nonces."""
+    return scoped(clean_nonce(raw), context_of(request.environ).client)
 
 
 def _expiry(raw: str | None) -> float | None:

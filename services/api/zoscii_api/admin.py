@@ -21,7 +21,8 @@ from typing import Any
 
 from werkzeug.wrappers import Request
 
-from zoscii_api.audit import ADDRESS, OPERATOR, Audit, queue_label
+from zoscii_api.audit import Audit, queue_label
+from zoscii_api.context import RequestContext, context_of
 from zoscii_api.params import RequestParams
 from zoscii_api.responses import Answer, envelope
 from zoscii_api.waiting import QueueWatcher
@@ -63,16 +64,21 @@ class AdminGate:
         self.audit = audit
 
     def admit(
-        self, environ: dict[str, Any], action: str, queue: str | None, client: Client | None
+        self,
+        environ: dict[str, Any],
+        context: RequestContext,
+        action: str,
+        queue: str | None,
+        client: Client | None,
     ) -> None:
-        """Raises why ``action`` is refused; else notes who runs it (environ) for the trail."""
-        address = environ[ADDRESS] = self.client_address.of_environ(environ) or "-"
+        """Raises why ``action`` is refused; else notes who runs it (context) for the trail."""
+        address = context.address = self.client_address.of_environ(environ) or "-"
         try:
             operator = self._check(environ, action, client, address)
         except ZosciiError as exc:
-            self.audit.refused(environ, action, queue, str(exc))
+            self.audit.refused(context, action, queue, str(exc))
             raise
-        environ[OPERATOR] = (operator.name, address)
+        context.operator = operator.name
 
     def _check(
         self, environ: dict[str, Any], action: str, client: Client | None, address: str
@@ -123,7 +129,7 @@ class AdminActions:
                 return run(request, params)
             except ZosciiError as exc:
                 queue = queue_label(params.text("q"))
-                self.audit.failed(request.environ, action, queue, str(exc))
+                self.audit.failed(context_of(request.environ), action, queue, str(exc))
                 raise
 
         return handler
@@ -131,7 +137,7 @@ class AdminActions:
     def queues(self, request: Request, params: RequestParams) -> Answer:
         only = params.text("q") or None
         found = self.admin.list_queues(only)
-        self.audit.done(request.environ, "queues", queue_label(only), listed=len(found))
+        self.audit.done(context_of(request.environ), "queues", queue_label(only), listed=len(found))
         return envelope(message=f"{len(found)} queue(s).", result=[_queue(q) for q in found])
 
     def purge(self, request: Request, params: RequestParams) -> Answer:
@@ -139,7 +145,7 @@ class AdminActions:
         before = params.text("before") or None
         removed = self.admin.purge(queue, before)
         self.audit.done(
-            request.environ,
+            context_of(request.environ),
             "purge",
             removed.queue,
             purged=removed.messages,
@@ -160,7 +166,7 @@ class AdminActions:
         removed = self.admin.delete(_queue_name(params))
         self.watcher.notify(removed.queue)  # long-polls see the end at once
         self.audit.done(
-            request.environ,
+            context_of(request.environ),
             "delete",
             removed.queue,
             messages=removed.messages,
@@ -186,7 +192,7 @@ class AdminActions:
         s = replay.since
         since = f"{s[0:4]}-{s[4:6]}-{s[6:8]}T{s[8:10]}:{s[10:12]}:{s[12:14]}Z"
         self.audit.done(
-            request.environ,
+            context_of(request.environ),
             "replay",
             replay.queue,
             since=since,

@@ -15,17 +15,15 @@ the trail apart; ``zoscii_api_admin_actions_total{action,outcome}`` and
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
+from zoscii_api.context import RequestContext
 from zoscii_api.metrics import ApiMetrics
 from zosciimq.core.names import clean_queue
 from zosciimq.errors import InvalidInput
 
 log = logging.getLogger("zoscii.api.audit")
 
-OPERATOR = "zoscii.operator"  # environ: (client name, address) the admin check admitted
-ADDRESS = "zoscii.address"  # environ: the address the admin check saw (also when refused)
 REMOVING = frozenset({"purge", "delete"})
 
 
@@ -45,28 +43,28 @@ class Audit:
         self.metrics = metrics
 
     def done(
-        self, environ: Mapping[str, Any], action: str, queue: str | None, **result: Any
+        self, context: RequestContext, action: str, queue: str | None, **result: Any
     ) -> None:
         removed = result.get("purged", result.get("messages", 0)) if action in REMOVING else 0
         self.metrics.admin_action(action, "done", removed=removed)
-        self._line(logging.INFO, environ, action, queue, "done", result)
+        self._line(logging.INFO, context, action, queue, "done", result)
 
     def failed(
-        self, environ: Mapping[str, Any], action: str, queue: str | None, error: str
+        self, context: RequestContext, action: str, queue: str | None, error: str
     ) -> None:
         self.metrics.admin_action(action, "failed")
-        self._line(logging.INFO, environ, action, queue, "failed", {"error": error})
+        self._line(logging.INFO, context, action, queue, "failed", {"error": error})
 
     def refused(
-        self, environ: Mapping[str, Any], action: str, queue: str | None, reason: str
+        self, context: RequestContext, action: str, queue: str | None, reason: str
     ) -> None:
         self.metrics.admin_action(action, "refused")
-        self._line(logging.WARNING, environ, action, queue, "refused", {"error": reason})
+        self._line(logging.WARNING, context, action, queue, "refused", {"error": reason})
 
     def _line(
         self,
         level: int,
-        environ: Mapping[str, Any],
+        context: RequestContext,
         action: str,
         queue: str | None,
         outcome: str,
@@ -74,8 +72,7 @@ class Audit:
     ) -> None:
         if "error" in result:  # it may quote what the client sent
             result = {**result, "error": _printable(result["error"])}
-        client, address = environ.get(OPERATOR) or ("-", environ.get(ADDRESS, "-"))
-        request_id = environ.get("zoscii.request_id", "-")
+        client, address, request_id = context.operator or "-", context.address, context.request_id
         details = " ".join(f"{key}={_printable(value)}" for key, value in result.items())
         log.log(
             level,

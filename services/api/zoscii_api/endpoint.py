@@ -25,16 +25,16 @@ from typing import Any
 
 from werkzeug.wrappers import Request
 
-from zoscii_api.actions import Actions
+from zoscii_api.actions import Actions, Handler
 from zoscii_api.admin import AdminGate
 from zoscii_api.audit import Audit, queue_label
 from zoscii_api.auth import ADMIN_ACTIONS, GROUP_ACTIONS, Client
+from zoscii_api.context import RequestContext
 from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import BATCH_BODY, RequestParams, query_fields, query_params, read_params
 from zoscii_api.responses import Answer, Reply, envelope
 from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
-from zoscii_api.waiting import WAITED
 from zosciimq.addresses import DirectPeers, attached_networks
 from zosciimq.core import DataDir, Upload
 from zosciimq.core.groups import clean_group
@@ -81,7 +81,6 @@ NOT_PUBLIC = (
 READ_ONLY = "This server serves a read-only copy: writes are refused."
 FORM_OVERHEAD = 3  # urlencoding at most triples a message
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]+")
-ADMITTED = "zoscii.admitted"  # environ: the (action, q) _admit last allowed
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -129,7 +128,7 @@ class Endpoint:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
         request_id = _request_id(environ.get("HTTP_X_REQUEST_ID", ""))
-        environ["zoscii.request_id"] = request_id
+        context = RequestContext(request_id).attach(environ)
         request = Request(environ)
         if request.method == "OPTIONS" and self.cors.enabled:  # a browser's CORS preflight
             response = Reply(b"", 204, "text/plain", {"Allow": "GET, HEAD, POST, OPTIONS"})
@@ -138,72 +137,68 @@ class Endpoint:
             response = envelope(error="Method not allowed: use GET or POST.", status=405)
             response.headers["Allow"] = "GET, HEAD, POST"
         else:
-            response = self._answer(request)
+            response = self._answer(request, context)
         response.headers["X-Request-ID"] = request_id
         if self.cors.enabled:
             response.headers.update(self.cors.headers(environ.get("HTTP_ORIGIN")))
         self.metrics.answered(
-            environ.get("zoscii.action", "none"),
-            response.status_code,
-            time.perf_counter() - started,
-            environ.get(WAITED, 0.0),
+            context.action, response.status_code, time.perf_counter() - started, context.waited
         )
         return response(environ, start_response)
 
-    def _answer(self, request: Request) -> Answer:
+    def _answer(self, request: Request, context: RequestContext) -> Answer:
         try:
-            return self._handle(request)
+            return self._handle(request, context)
         except ZosciiError as exc:
-            request.environ.setdefault("zoscii.action", "invalid")
+            context.label("invalid")
             return error_response(exc)
         except OSError as exc:
-            request.environ.setdefault("zoscii.action", "invalid")
-            return self._volume_fault(exc, request.environ["zoscii.action"])
+            context.label("invalid")
+            return self._volume_fault(exc, context.action)
         except Exception:
-            action = request.environ.setdefault("zoscii.action", "invalid")
-            log.exception("unexpected error in %s", action)
+            context.label("invalid")
+            log.exception("unexpected error in %s", context.action)
             return envelope(error="Internal server error.", status=500)
 
-    def _handle(self, request: Request) -> Answer:
+    def _handle(self, request: Request, context: RequestContext) -> Answer:
         environ = request.environ
         settings = self.settings
         if self.direct_peers is not None and not self.direct_peers.allows(
             environ.get("REMOTE_ADDR")
         ):
-            environ["zoscii.action"] = "invalid"
+            context.action = "invalid"
             raise Forbidden(NOT_PUBLIC)
         raw_query = environ.get("QUERY_STRING", "").encode("latin-1")
         query = query_fields(raw_query, settings.max_field_bytes)
         client = self.admission.admit(environ, environ.get("HTTP_AUTHORIZATION"))
         if client is not None:
-            environ["zoscii.client"] = client.name  # nonces are kept to their client
+            context.client = client.name
         # Everything that can be decided before reading a body that may be 1 GB is
         # decided first: its size, and action and q when the URL has them.
-        content_type = environ.get("CONTENT_TYPE", "")
         has_body = _has_body(environ)
-        if has_body:
-            self._check_size(request, query, content_type)
+        if not has_body:  # the URL is all there is: one check
+            params = query_params(query, self.new_upload)
+        else:
+            content_type = environ.get("CONTENT_TYPE", "")
+            self._check_size(request, context, query, content_type)
             if not _is_form(content_type):
                 _check_raw_body(query, _mimetype(content_type))
-        if query.get("action"):
-            self._admit(
-                request, _text(query, "action"), _text(query, "q"), client, _text(query, "group")
-            )
-        if has_body:
-            params = self._read_body(request, query, client)
-        else:
-            params = query_params(query, self.new_upload)
+            self._admit(request, context, client, query)
+            params = self._read_body(request, context, query, client)
         try:
-            action = params.text("action")
-            if not action:
+            handler = self._admit(request, context, client, params.fields)
+            if handler is None:
                 return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
-            self._admit(request, action, params.text("q"), client, params.text("group"))
-            return self.actions.handler(action)(request, params)
+            return handler(request, params)
         finally:
             params.close()
 
     def _read_body(
-        self, request: Request, query: dict[str, bytes], client: Client | None
+        self,
+        request: Request,
+        context: RequestContext,
+        query: dict[str, bytes],
+        client: Client | None,
     ) -> RequestParams:
         """The parameters and message(s) of a body, read under its deadline."""
         environ = request.environ
@@ -221,7 +216,7 @@ class Endpoint:
                     "Send 'action' (and 'q') before the message: in the query string, or as "
                     "form fields ahead of the 'msg' part."
                 )
-            self._admit(request, action, _text(known, "q"), client, _text(known, "group"))
+            self._admit(request, context, client, known)
             if action not in MESSAGE_ACTIONS:
                 raise InvalidInput(f"Action '{action}' takes no message: send it without 'msg'.")
 
@@ -244,7 +239,13 @@ class Endpoint:
                 before_message=before_message,
             )
 
-    def _check_size(self, request: Request, query: dict[str, bytes], content_type: str) -> None:
+    def _check_size(
+        self,
+        request: Request,
+        context: RequestContext,
+        query: dict[str, bytes],
+        content_type: str,
+    ) -> None:
         settings = self.settings
         action = _action_label(_text(query, "action"))
         if action in ACTIONS and action not in MESSAGE_ACTIONS:
@@ -257,42 +258,43 @@ class Endpoint:
                 limit = max(limit, settings.max_batch_bytes * FORM_OVERHEAD)
             refusal = f"Message larger than the maximum of {settings.max_message_bytes} bytes."
         if request.content_length and request.content_length > limit:
-            request.environ["zoscii.action"] = action
+            context.action = action
             raise TooLarge(refusal)
 
     def _admit(
         self,
         request: Request,
-        action: str,
-        raw_queue: str | None,
+        context: RequestContext,
         client: Client | None,
-        raw_group: str | None = None,
-    ) -> None:
-        """May this request run ``action`` (on ``raw_queue``, in ``raw_group``)? Raises
-        why not.
+        fields: dict[str, bytes],
+    ) -> Handler | None:
+        """The handler of the action ``fields`` name, once this request may run it on the
+        queue and group they name; None when they name no action. Raises why not.
 
-        Checked up to three times (the URL, the start of the message, the whole form),
-        the later ones with what the body added; a form field overrides the URL. The
-        same question again (most often) has the same answer: not asked twice.
+        Asked up to three times for a body (the URL, the start of the message, the whole
+        form), each time with what the body added; a form field overrides the URL. The
+        same question again (most often) has the same answer: not judged twice.
         """
-        environ = request.environ
-        asked = (action, raw_queue, raw_group)
-        if environ.get(ADMITTED) == asked:
-            return
-        self._check(request, action, raw_queue, client, raw_group)
-        environ[ADMITTED] = asked
+        action = _text(fields, "action")
+        if not action:
+            return None
+        handler = self.actions.handler(action)  # unknown or switched off
+        asked = (action, _text(fields, "q"), _text(fields, "group"))
+        if context.admitted != asked:
+            self._check(request, context, client, *asked)
+            context.admitted = asked
+        return handler
 
     def _check(
         self,
         request: Request,
+        context: RequestContext,
+        client: Client | None,
         action: str,
         raw_queue: str | None,
-        client: Client | None,
-        raw_group: str | None = None,
+        raw_group: str | None,
     ) -> None:
-        environ = request.environ
-        environ["zoscii.action"] = _action_label(action)
-        self.actions.handler(action)  # unknown or switched off
+        context.action = action  # a known one: handler() refused the others
         if action in WRITE_ACTIONS:
             if self.settings.read_only:
                 raise ReadOnly(READ_ONLY)
@@ -302,12 +304,12 @@ class Endpoint:
         if action in QUEUE_ACTIONS:
             if raw_queue is None and client is None:
                 return  # a missing q is reported by the action itself
-            queue = environ["zoscii.queue"] = self.actions.check_queue(action, raw_queue)
+            queue = context.queue = self.actions.check_queue(action, raw_queue)
         if action in ADMIN_ACTIONS:
             admin_queue = queue_label(raw_queue)
             if admin_queue:  # for the access line (the action checks the name itself)
-                environ["zoscii.queue"] = admin_queue
-            self.admin_gate.admit(environ, action, admin_queue, client)
+                context.queue = admin_queue
+            self.admin_gate.admit(request.environ, context, action, admin_queue, client)
         elif client is not None:
             # A group action's group is judged once known (URL or form; the action
             # answers a missing one): groups belong to clients (zosciimq.access).

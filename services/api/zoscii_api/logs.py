@@ -21,6 +21,7 @@ from typing import Any
 
 from gunicorn import glogging
 
+from zoscii_api.context import KEY as CONTEXT
 from zoscii_api.settings import ApiSettings
 from zosciimq.addresses import ClientAddress
 from zosciimq.service.logs import formatter_for, log_settings, setup_logging
@@ -51,17 +52,18 @@ class ApiLogger(glogging.Logger):
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: timedelta) -> None:
         if not self.access_log_enabled or environ.get("PATH_INFO") in QUIET_PATHS:
             return
+        context = environ.get(CONTEXT)  # None: not the protocol endpoint's (/openapi.yaml)
         status = resp.status.split(None, 1)[0] if isinstance(resp.status, str) else resp.status
         fields = {
             "client": self.addresses.of_environ(environ) or "-",
             "method": environ.get("REQUEST_METHOD", "-"),
             "path": environ.get("PATH_INFO", "-"),
-            "action": environ.get("zoscii.action", "-"),
-            "queue": environ.get("zoscii.queue", "-"),
+            "action": context.action if context else "-",
+            "queue": (context.queue if context else None) or "-",
             "status": int(status) if str(status).isdigit() else status,
             "bytes": getattr(resp, "sent", None) or 0,
             "duration_ms": round(request_time.total_seconds() * 1000, 1),
-            "request_id": environ.get("zoscii.request_id", "-"),
+            "request_id": context.request_id if context else "-",
         }
         log = self.access_log
         if not log.isEnabledFor(logging.INFO):

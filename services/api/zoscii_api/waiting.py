@@ -17,11 +17,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zoscii_api.context import RequestContext
 
 log = logging.getLogger("zoscii.api.waiting")
-
-WAITED = "zoscii.waited"  # environ: seconds a request spent waiting in long polls
 
 
 class QueueWatcher:
@@ -67,15 +68,15 @@ class QueueWatcher:
         return True
 
     def wait_counted(
-        self, environ: dict[str, Any], queue: str, seen_generation: int, timeout: float
+        self, context: RequestContext, queue: str, seen_generation: int, timeout: float
     ) -> bool:
-        """``wait``, adding the time spent to the request's ``WAITED`` seconds: the
+        """``wait``, adding the time spent to the request's ``waited`` seconds: the
         endpoint keeps long-poll waiting out of its latency histogram."""
         started = time.monotonic()
         try:
             return self.wait(queue, seen_generation, timeout)
         finally:
-            environ[WAITED] = environ.get(WAITED, 0.0) + time.monotonic() - started
+            context.waited += time.monotonic() - started
 
     def waiting(self) -> int:
         with self._changed:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from werkzeug.wrappers import Request
 
+from zoscii_api.context import context_of
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams, whole_number
 from zoscii_api.responses import Answer, batch_response, envelope, message_response
@@ -65,7 +66,7 @@ class WorkActions:
             # Woken by a publish, or each second: a lease that ran out or a requeue's
             # delay makes a message deliverable without any publish.
             if left <= 0 or not self.watcher.wait_counted(
-                request.environ, queue, generation, min(left, 1.0)
+                context_of(request.environ), queue, generation, min(left, 1.0)
             ):
                 return envelope(message="No messages for this group.")
 
