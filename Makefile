@@ -99,6 +99,7 @@ venv: $(VENV)/.installed
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 e2e-images:
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; \

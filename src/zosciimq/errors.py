@@ -9,14 +9,14 @@ and the client raises the same classes for the replies it gets
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 
 class ZosciiError(Exception):
     """Base class: ``str(error)`` is the text that goes into the envelope's ``error``."""
 
-    status: ClassVar[int] = 500
-    reason: ClassVar[str] = "error"
+    # Class attributes, not ClassVars: the client's errors (``zosciimq.client.errors``)
+    # subclass these and keep the status the server actually answered on the instance.
+    status: int = 500
+    reason: str = "error"
 
     def headers(self) -> dict[str, str]:
         """HTTP headers the reply carries besides the envelope."""

@@ -61,7 +61,7 @@ def stack(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
         by_service = {c.labels[SERVICE_LABEL]: c for c in containers}
         assert set(by_service) == {"proxy", "api", "live"}, sorted(by_service)
         wait_healthy(containers, timeout=240)
-        host = published_host(by_service["proxy"])
+        host = published_host(by_service["proxy"], api_port)
         yield {
             "url": f"http://{host}:{api_port}/",
             "host": host,

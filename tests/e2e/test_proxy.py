@@ -75,7 +75,7 @@ def proxied(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
         by_service = {c.labels[SERVICE_LABEL]: c for c in containers}
         assert set(by_service) == {"proxy", "api", "live"}, sorted(by_service)
         wait_healthy(containers, timeout=240)
-        url = f"http://{published_host(by_service['proxy'])}:{api_port}"
+        url = f"http://{published_host(by_service['proxy'], api_port)}:{api_port}"
         yield {"url": url, "proxy": by_service["proxy"], "api": by_service["api"]}
     finally:
         try:

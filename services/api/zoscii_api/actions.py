@@ -188,6 +188,7 @@ class Actions:
     def _single(
         self, request: Request, queue: str, result: FetchResult, offset: int, length: int
     ) -> Answer:
+        assert result.file is not None  # the caller's check
         response = message_response(
             request, result.name, result.file, result.size, offset=offset, length=length
         )

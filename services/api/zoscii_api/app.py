@@ -20,7 +20,7 @@ from zoscii_api.admin import AdminActions
 from zoscii_api.audit import Audit
 from zoscii_api.endpoint import Endpoint, error_response
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.responses import envelope
+from zoscii_api.responses import Answer, envelope
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
 from zoscii_api.work import WorkActions
@@ -85,7 +85,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     endpoint = Endpoint(settings, data_dir, actions, admission, metrics, audit)
     app = Flask(__name__)
     app.config["ZOSCII_SETTINGS"] = settings
-    app.wsgi_app = endpoint.mount(app.wsgi_app)  # type: ignore[method-assign]
+    app.wsgi_app = endpoint.mount(app.wsgi_app)  # type: ignore[method-assign, assignment]
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -99,7 +99,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         return Response('{"status":"ok"}\n', mimetype="application/json")
 
     @app.get("/metrics")
-    def metrics_page() -> Response:
+    def metrics_page() -> Answer:
         try:  # label values are queue names: with access control on, they need a right
             client = settings.access.authenticate(request.headers.get("Authorization"))
             settings.access.authorize(client, "metrics")
@@ -114,7 +114,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
         return Response(text, mimetype="application/yaml")
 
     @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
+    def http_error(exc: HTTPException) -> Answer:
         response = envelope(error=exc.description or exc.name, status=exc.code or 500)
         valid = getattr(exc, "valid_methods", None)
         if exc.code == 405 and valid:

@@ -130,6 +130,7 @@ class Endpoint:
         request_id = _request_id(environ.get("HTTP_X_REQUEST_ID", ""))
         context = RequestContext(request_id).attach(environ)
         request = Request(environ)
+        response: Answer
         if request.method == "OPTIONS" and self.cors.enabled:  # a browser's CORS preflight
             response = Reply(b"", 204, "text/plain", {"Allow": "GET, HEAD, POST, OPTIONS"})
             response.headers.update(self.cors.preflight(_lower_headers(environ)) or {})
@@ -247,7 +248,7 @@ class Endpoint:
         content_type: str,
     ) -> None:
         settings = self.settings
-        action = _action_label(_text(query, "action"))
+        action = _action_label(_text(query, "action") or "")
         if action in ACTIONS and action not in MESSAGE_ACTIONS:
             # Small fields only (receipts, names...): a bigger body is refused unread.
             limit = settings.max_field_bytes * (FORM_OVERHEAD + 1)

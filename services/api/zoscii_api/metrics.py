@@ -125,7 +125,7 @@ class ApiMetrics:
     def exposition(self) -> tuple[bytes, str]:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             register_build_info(registry, "api")  # not a multiprocess metric: per scrape
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -26,7 +26,7 @@ import io
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from typing import IO, Protocol
 from urllib.parse import unquote_to_bytes
 
 from werkzeug.datastructures import Headers
@@ -371,7 +371,7 @@ class _MultipartDecoder(MultipartDecoder):
         return cut
 
 
-def parse_multipart(stream: BinaryIO, boundary: str, collector: ParamCollector) -> None:
+def parse_multipart(stream: IO[bytes], boundary: str, collector: ParamCollector) -> None:
     try:
         encoded = boundary.encode("latin-1")
     except UnicodeEncodeError:
@@ -406,7 +406,7 @@ def parse_multipart(stream: BinaryIO, boundary: str, collector: ParamCollector) 
 class _FrameReader:
     """A framed body read in big blocks: header lines and payload spans cut out of them."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
         self.data = b""
         self.at = 0
@@ -447,7 +447,7 @@ class _FrameReader:
         return self.at == len(self.data) and not self._more()
 
 
-def parse_frames(stream: BinaryIO, collector: ParamCollector) -> None:
+def parse_frames(stream: IO[bytes], collector: ParamCollector) -> None:
     """A framed batch (``BATCH_BODY``): each message is a header line then its bytes,
     and a line ``end`` closes the body::
 
@@ -498,7 +498,7 @@ def read_params(
     query: dict[str, bytes],
     content_type: str | None,
     content_length: int | None,
-    stream: BinaryIO,
+    stream: IO[bytes],
     has_body: bool,
     new_upload: Callable[[], Upload],
     max_field_bytes: int,
@@ -555,7 +555,7 @@ def query_params(query: dict[str, bytes], new_upload: Callable[[], Upload]) -> R
     return RequestParams(fields=query)
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytes:
+def _read_exactly(stream: IO[bytes], size: int) -> bytes:
     """The whole announced body: a read may return less (a slow client, a deadline's
     piece), so read until it is all there or the stream ends."""
     first = stream.read(size)
@@ -574,7 +574,7 @@ def _read_body(
     collector: ParamCollector,
     content_type: str | None,
     content_length: int | None,
-    stream: BinaryIO,
+    stream: IO[bytes],
     query_msg: bytes | None,
 ) -> None:
     mimetype, options = parse_options_header(content_type)

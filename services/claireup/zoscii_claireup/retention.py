@@ -37,7 +37,8 @@ class ExpiryRule:
         except OverflowError:  # within hours of year 1 or past year 9999 in UTC
             # Before 0001-01-01 UTC no name has expired; after 9999-12-31 every name whose
             # expiry is a date has, as at the last instant a datetime holds.
-            self._nothing_expires = now.utcoffset() is not None and now.utcoffset() > timedelta(0)
+            offset = now.utcoffset()
+            self._nothing_expires = offset is not None and offset > timedelta(0)
             self.now = datetime.max.replace(tzinfo=UTC)
 
     def cutoff(self, retention_days: int) -> str:

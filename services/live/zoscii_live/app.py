@@ -20,6 +20,7 @@ and trusted proxies. A stream takes its token from ``access_token`` when there i
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -95,8 +96,11 @@ class LiveApp:
         self.cors = Cors(settings.cors_origins)
         for kind in ("http", "longpoll", "consume", "sse", "websocket"):
             self.metrics.connections.labels(kind).set_function(
-                lambda kind=kind: sum(c.kind == kind for c in self.limits.open)
+                functools.partial(self._open_connections, kind)
             )
+
+    def _open_connections(self, kind: str) -> int:
+        return sum(c.kind == kind for c in self.limits.open)
 
     def connection(self) -> Connection:
         """A new connection's protocol (``loop.create_server``'s factory)."""

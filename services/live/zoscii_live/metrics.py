@@ -91,7 +91,7 @@ class LiveMetrics:
         for reason in ("slow_reader", "queue_not_found", "stopping"):
             self.disconnects.labels(reason)
 
-        self._children: dict[tuple[str, ...], Counter] = {}
+        self._children: dict[tuple[object, ...], Counter] = {}
 
     def count(self, queue: str, messages: int, size: int, kind: str) -> None:
         self._child(self.fetched, queue).inc(messages)

@@ -19,7 +19,7 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from zoscii_live.follow import Follower, Hub, Item, Reader, first_after, read_items
 from zoscii_live.http import Connection
@@ -83,7 +83,7 @@ class PointerWaiter(Reader):
                 self.fetcher.serve(self.follower, self.conn, self.after, self.ask, 0.0)
             )
             return
-        prefix, body, count = answer
+        prefix, body, count = cast(tuple[bytes, bytes, int], answer)
         self.sent(cache, "longpoll", count, len(body))
         self.conn.kind = "http"
         self.conn.respond_prefixed(prefix, body)

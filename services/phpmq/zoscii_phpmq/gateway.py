@@ -590,7 +590,7 @@ class Gateway:
         queue, _ = _queue(message)
         self._check_send(conn, queue)  # again: the content may have come first
         ttl = _number(message.fields.get(PacketType.TTL), "TTL")
-        content = message.content
+        content: object = message.content
         if isinstance(content, UploadSink):
             content, conn.upload = content.upload, None  # the group's now
         assert isinstance(content, bytes | Upload)
@@ -690,7 +690,7 @@ class Gateway:
         queue, name = _queue(message)
         self._authorize(conn, "consume", queue)
         count = _number(message.fields[PacketType.COUNT], "count")
-        if count < 1:
+        if count is None or count < 1:
             raise ProtocolError("bad_number", "a consume request for 0 messages")
         if count > self.settings.window_limit:
             log.info(

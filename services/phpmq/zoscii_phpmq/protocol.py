@@ -31,7 +31,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 MESSAGE_FLAG = b"H"
 PACKET_FLAG = b"P"
@@ -300,7 +300,8 @@ class FrameReader:
             return False
         timeout = None if deadline is None else deadline - asyncio.get_running_loop().time()
         read = asyncio.ensure_future(self.reader.read(READ_BYTES))
-        await asyncio.wait({read, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        waited: set[asyncio.Future[Any]] = {read, stop}
+        await asyncio.wait(waited, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if not read.done():
             read.cancel()
             with contextlib.suppress(asyncio.CancelledError):

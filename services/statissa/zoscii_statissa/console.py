@@ -174,7 +174,7 @@ def _nice_ceiling(value: float) -> float:
     """A round top for the y axis (1, 2, 2.5, 5 x 10^n), at least 1."""
     if value <= 1:
         return 1.0
-    magnitude = 10 ** math.floor(math.log10(value))
+    magnitude = 10.0 ** math.floor(math.log10(value))
     for step in (1, 2, 2.5, 5, 10):
         if value <= step * magnitude:
             return step * magnitude

@@ -205,9 +205,8 @@ def _fold_directory(directory: str, now: float, partial: Partial, stamps: dict[s
                 published = _INVALID
                 if match(name) is not None:
                     stamp = name[_STAMP]
-                    published = stamps.get(stamp)
-                    if published is None:
-                        published = _remember(stamps, stamp)
+                    known = stamps.get(stamp)
+                    published = _remember(stamps, stamp) if known is None else known
                 if published == _INVALID:
                     _slow_path(entry, now, partial)
                     continue

@@ -163,7 +163,7 @@ def ship_packages(context: SparkContext, directory: Path) -> Path:
     target = packages_zip(directory)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in (zosciimq, zoscii_statissa):
-            root = Path(package.__file__).resolve().parent
+            root = Path(package.__path__[0]).resolve()
             for source in sorted(root.rglob("*.py")):
                 archive.write(source, source.relative_to(root.parent).as_posix())
     context.addPyFile(str(target))
@@ -258,7 +258,7 @@ def _alive(context: SparkContext) -> bool:
     if process is not None and process.poll() is not None:
         return False
     try:
-        return not context._jsc.sc().isStopped()  # type: ignore[union-attr]
+        return not context._jsc.sc().isStopped()
     except Exception:
         return False
 
@@ -272,10 +272,10 @@ def _forget(context: SparkContext) -> None:
     """
     process = getattr(context._gateway, "proc", None)
     with SparkContext._lock:
-        SparkContext._active_spark_context = None  # type: ignore[attr-defined]
-        SparkContext._gateway = None  # type: ignore[attr-defined]
-        SparkContext._jvm = None  # type: ignore[attr-defined]
-    SparkSession._instantiatedSession = None  # type: ignore[attr-defined]
-    SparkSession._activeSession = None  # type: ignore[attr-defined]
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
     if process is not None and process.poll() is None:
         process.kill()  # stopped but still running: not ours to reuse any more

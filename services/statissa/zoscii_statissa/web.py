@@ -29,6 +29,7 @@ from importlib import resources
 from typing import Any
 
 from flask import Flask, Response, jsonify, redirect, request
+from flask.typing import ResponseReturnValue
 from markupsafe import Markup
 from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -277,7 +278,7 @@ def create_pages(
         return jsonify({**snapshot.to_dict(), "last_run": status.to_dict()}), 200
 
     @app.post(REFRESH)
-    def refresh() -> Response | tuple[Response, int]:
+    def refresh() -> ResponseReturnValue:
         try:
             snapshot = keeper.refresh()
         except Exception as exc:

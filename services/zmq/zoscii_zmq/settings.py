@@ -9,7 +9,7 @@ deliveries of a consumer group, the api's largest message and the blocked queues
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,7 +26,7 @@ _BROKER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _ENDPOINT = re.compile(r"(tcp|ipc)://\S+")
 
 
-def _endpoint(name: str) -> object:
+def _endpoint(name: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         if raw.lower() in ("off", "none"):
             return ""

@@ -628,9 +628,9 @@ class Zpipes:
                 if name not in session.opened:
                     queue = pipe_queue(name) if name else ""
                     self._authorize_any(queue)
-                    pipe = await self._pipe(name)
-                    pipe.opened.add(session)
-                    session.opened[name] = pipe
+                    new = await self._pipe(name)
+                    new.opened.add(session)
+                    session.opened[name] = new
                 self._send(session.rid, *OK)
                 return
             pipe = session.opened.get(name)

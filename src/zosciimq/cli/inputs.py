@@ -13,13 +13,13 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import BinaryIO
+from typing import BinaryIO, TypeAlias
 
 from zosciimq.cli import exit_codes
 from zosciimq.cli.context import CliError, Context
 from zosciimq.cli.progress import NoProgress, ProgressBar
 
-Source = bytes | BinaryIO
+Source: TypeAlias = "bytes | BinaryIO | ProgressReader"
 
 
 @contextmanager

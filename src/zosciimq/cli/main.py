@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from zosciimq.cli import exit_codes
 from zosciimq.cli.console import Console
@@ -24,7 +24,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console.from_sys(json=args.json, quiet=args.quiet)
     ctx = Context(args=args, console=console, stdin=sys.stdin.buffer, env=dict(os.environ))
     try:
-        return args.handler(ctx)
+        handler: Callable[[Context], int] = args.handler
+        return handler(ctx)
     except CliError as exc:
         return _fail(console, str(exc), exc.reason, exc.exit_code)
     except ZosciiClientError as exc:

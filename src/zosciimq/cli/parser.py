@@ -173,7 +173,7 @@ def _command_adder(commands: Any) -> Adder:
         *,
         intermixed: bool = True,
     ) -> argparse.ArgumentParser:
-        sub = commands.add_parser(
+        sub: argparse.ArgumentParser = commands.add_parser(
             name,
             intermixed=intermixed,
             help=summary,

@@ -45,7 +45,7 @@ def run_service(ctx: Context) -> int:
     output = process.stdout
     assert output is not None
     try:  # relayed, not inherited: stdout is whatever this process's console writes to
-        for chunk in iter(lambda: output.read1(1 << 16), b""):
+        for chunk in iter(lambda: os.read(output.fileno(), 1 << 16), b""):
             ctx.console.data(chunk)
             ctx.console.flush()
     finally:

@@ -132,7 +132,8 @@ class _Exec:
 
     def _run(self, message: LeasedMessage, env: dict[str, str]) -> int:
         source = message.open()
-        spooled = not isinstance(source, io.BytesIO)
+        in_memory = source.getvalue() if isinstance(source, io.BytesIO) else None
+        spooled = in_memory is None
         process = subprocess.Popen(
             self.command,
             shell=True,
@@ -143,7 +144,7 @@ class _Exec:
         with self._lock:
             self._running.add(process)
         try:
-            process.communicate(None if spooled else source.getvalue())
+            process.communicate(in_memory)
             return process.returncode
         finally:
             with self._lock:

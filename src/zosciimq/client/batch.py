@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from email.message import Message as _MimeHeaders
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import requests
 from requests.structures import CaseInsensitiveDict
@@ -151,7 +151,7 @@ class Spooler:
 
     def __init__(self, memory_limit: int, spool_dir: Path | str | None = None) -> None:
         self.memory_left = memory_limit
-        self.spool_dir = spool_dir
+        self.spool_dir = None if spool_dir is None else str(spool_dir)
         self.sinks: list[tuple[str, BinaryIO]] = []
 
     def __call__(self, info: ReplyInfo) -> Sink:
@@ -161,9 +161,10 @@ class Spooler:
             self.memory_left -= size
             sink = io.BytesIO()
         elif size is None:  # a single reply of unknown length: to disk once it is large
-            sink = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - owned by BatchMessage
+            spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - owned by BatchMessage
                 max_size=self.memory_left, prefix="zoscii-batch-", dir=self.spool_dir
             )
+            sink = cast(BinaryIO, spool)  # a file's methods, as a BinaryIO has
         else:
             sink = tempfile.TemporaryFile(  # noqa: SIM115 - owned by BatchMessage
                 prefix="zoscii-batch-", dir=self.spool_dir

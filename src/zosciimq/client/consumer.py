@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from zosciimq.client.batch import BatchMessage
@@ -81,7 +81,7 @@ class Consumer:
         while not self.stop.is_set():
             self.commit()
             started = self.monotonic()
-            parts = self._fetch()
+            parts: Sequence[Message | BatchMessage] = self._fetch()
             if not parts:
                 if not self.follow:
                     return

@@ -51,13 +51,17 @@ class Download:
         name: str | None = None,
         on_progress: Progress | None = None,
     ) -> None:
-        if (queue is None) == (name is None):
+        self.source: dict[str, str]
+        if queue is not None and name is None:
+            self.source = {"queue": queue, "after": after}
+        elif name is not None and queue is None:
+            self.source = {"name": name}
+        else:
             raise ValueError("give either a queue (fetch) or a store name (retrieve)")
         self.client = client
         self.dest = dest
         self.part = dest.with_name(dest.name + ".part")
         self.meta = dest.with_name(dest.name + ".part.json")
-        self.source = {"queue": queue, "after": after} if queue is not None else {"name": name}
         self.on_progress = on_progress
 
     def run(self) -> DownloadResult | None:

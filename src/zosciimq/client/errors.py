@@ -91,6 +91,7 @@ class ServerError(ZosciiClientError):
     """The envelope's ``error`` was set; ``envelope`` holds the whole reply."""
 
     reason = "server_error"
+    status: int  # as answered (the class's own, zosciimq.errors, for the subclasses)
 
     def __init__(self, error: str, *, status: int, envelope: dict[str, Any]) -> None:
         super().__init__(error)
@@ -167,20 +168,19 @@ class InternalServerError(ServerError):
 
 # The server's statuses (zosciimq.errors) -> the class raised here; 429 (rate limited)
 # and 503 are both "try again later" to a client.
-_BY_STATUS: dict[int, type[ServerError]] = {
-    kind.status: kind
-    for kind in (
-        InvalidInput,
-        Unauthenticated,
-        Forbidden,
-        NotFound,
-        TooLarge,
-        RangeNotSatisfiable,
-        TryAgain,
-        StorageFull,
-        Fenced,
-    )
-} | {errors.RateLimited.status: TryAgain, errors.WrongMethod.status: InvalidInput}
+_KINDS: tuple[type[ServerError], ...] = (
+    InvalidInput,
+    Unauthenticated,
+    Forbidden,
+    NotFound,
+    TooLarge,
+    RangeNotSatisfiable,
+    TryAgain,
+    StorageFull,
+    Fenced,
+)
+_BY_STATUS: dict[int, type[ServerError]] = {kind.status: kind for kind in _KINDS}
+_BY_STATUS |= {errors.RateLimited.status: TryAgain, errors.WrongMethod.status: InvalidInput}
 
 
 def server_error(error: str, *, status: int, envelope: dict[str, Any]) -> ServerError:

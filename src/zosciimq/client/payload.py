@@ -14,12 +14,21 @@ import os
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, Protocol, cast
 
 from zosciimq.client.errors import ZosciiClientError
 
+
+class Readable(Protocol):
+    """Anything with a file's ``read``: sent from where it stands (re-read from there
+    for a retry when it also has ``seekable``, ``seek`` and ``tell``, else spooled)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 MessageSource = (
-    bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO | IO[bytes] | Iterable[bytes]
+    bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO | IO[bytes] | Readable
+    | Iterable[bytes]
 )
 SPOOL_CHUNK = 1 << 20
 
@@ -52,7 +61,7 @@ class Payload:
         if isinstance(message, os.PathLike):
             return cls._open(message, max_bytes)
         if hasattr(message, "read"):
-            file = message  # type: ignore[assignment]
+            file = cast(BinaryIO, message)
             position = _seekable_position(file)
             if position is not None:
                 end = file.seek(0, io.SEEK_END)
@@ -128,7 +137,7 @@ def _seekable_position(file: object) -> int | None:
     try:
         if not file.seekable():  # type: ignore[attr-defined]
             return None
-        return file.tell()  # type: ignore[attr-defined]
+        return int(file.tell())  # type: ignore[attr-defined]
     except (AttributeError, OSError, ValueError):
         return None
 

@@ -376,7 +376,7 @@ class BatchRun:
 
     # --- sending ------------------------------------------------------------------------
     def _single(self, taken: _Taken) -> Published:
-        assert taken.payload is not None
+        assert taken.payload is not None and taken.item.nonce is not None  # given one when taken
         published = self.client._publish_payload(
             self.queue,
             taken.payload,

@@ -110,7 +110,11 @@ class Follow:
                 self.streams = False
                 return
             client._envelope(response)  # raises the typed error
-            raise TryAgain(f"HTTP {response.status_code} for a stream")
+            raise TryAgain(
+                f"HTTP {response.status_code} for a stream",
+                status=response.status_code,
+                envelope={},
+            )
 
     def _read(self, response: requests.Response) -> Iterator[Streamed]:
         fields: dict[str, str] = {}

@@ -112,7 +112,7 @@ def exponential_backoff(base: float = 1.0, cap: float = 300.0) -> Callable[[int]
     ``cap`` seconds (1, 2, 4, ... by default)."""
 
     def delay(deliveries: int) -> float:
-        return min(cap, base * 2 ** max(0, deliveries - 1))
+        return min(cap, base * 2.0 ** max(0, deliveries - 1))
 
     return delay
 

@@ -66,7 +66,7 @@ def _syncfs() -> Callable[[int], int] | None:
     except (OSError, AttributeError):
         return None
     function.argtypes = (ctypes.c_int,)
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 _SYNCFS = _syncfs()

@@ -860,9 +860,9 @@ def _apply(state: _State, fields: list[str]) -> None:
     elif op == "G":
         state.open.pop(name, None)
     elif op == "L":
-        entry = state.open.get(name)
-        if entry is not None and entry.token == fields[2]:
-            entry.lease_until = int(fields[3]) / 1000
+        leased = state.open.get(name)
+        if leased is not None and leased.token == fields[2]:
+            leased.lease_until = int(fields[3]) / 1000
     elif op == "S":
         state.frontier = "" if name == "-" else name
         state.acked, state.redelivered, state.dead = int(fields[2]), int(fields[3]), int(fields[4])

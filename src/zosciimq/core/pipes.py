@@ -208,4 +208,4 @@ def _held_elsewhere(fd: int, byte: int) -> bool:
     query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0)
     answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
     (kind,) = struct.unpack_from("h", answer)
-    return kind != fcntl.F_UNLCK
+    return bool(kind != fcntl.F_UNLCK)

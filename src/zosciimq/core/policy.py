@@ -39,6 +39,7 @@ goes to the dead letters instead; without it, the server's ``ZOSCII_MAX_DELIVERI
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -274,7 +275,7 @@ class Usage:
     count: int = 0
     bytes: int = 0
 
-    def encode(self) -> bytes:
+    def encode(self) -> builtins.bytes:  # ``bytes`` is the field here
         line = f"{self.key} {self.head} {self.count} {self.bytes}"
         return f"{line} {zlib.crc32(line.encode('ascii')):08x}\n".encode("ascii")
 

@@ -23,15 +23,16 @@ import errno
 import itertools
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from zosciimq.core import index as idx
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
 from zosciimq.core.clock import Clock, utc_now
-from zosciimq.core.commit import MAX_GROUP_MESSAGES, Position, QueueCommitter, Rules
+from zosciimq.core.commit import MAX_GROUP_MESSAGES, Position, Publish, QueueCommitter, Rules
 from zosciimq.core.durable import raise_if_full
+from zosciimq.core.group_commit import Lane
 from zosciimq.core.layout import DataDir
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing, PublishResult
@@ -138,7 +139,7 @@ class QueueStore:
         large = [m.upload for m in messages if m.upload.size > INLINE_BYTES]
         try:
             with self._open.use(queue) as files:
-                lane = files.lane
+                lane: Lane[Sequence[Outgoing], list[PublishResult]] = files.lane
                 if large:
                     lane.arrive()
                     try:
@@ -224,7 +225,9 @@ class QueueStore:
             finally:
                 files.index.give_back(index)
 
-    def iter_after(self, queue: str, after: str, limit: int) -> Iterator[tuple[str, BinaryIO]]:
+    def iter_after(
+        self, queue: str, after: str, limit: int
+    ) -> Generator[tuple[str, BinaryIO], None, None]:
         """Up to ``limit`` (name, open file) pairs after ``after``, skipping deleted files.
 
         A pointer naming a deleted message still finds the next one: the search is by
@@ -384,7 +387,7 @@ class QueueStore:
             return header.committed
 
 
-def _group_size(waiting: list) -> int:  # type: ignore[type-arg]
+def _group_size(waiting: list[Publish]) -> int:
     """How many waiting submissions the next commit covers: all, up to the group cap."""
     count = size = 0
     for submission in waiting:

@@ -76,7 +76,7 @@ class Changes:
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             raise Unavailable(ctypes.get_errno(), "inotify_init1 failed")
-        self._fd = fd
+        self._fd: int = fd
         self._wd = -1
         try:
             self._add_watch()
