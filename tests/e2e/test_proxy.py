@@ -54,12 +54,13 @@ def proxied(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
     """proxy + api from docker-compose.yml; yields the proxy's URL and the containers."""
     compose = compose_command()
     project = f"zoscii-e2e-proxy-{e2e.run_id}"
-    api_port, direct_port = free_ports(2)
+    api_port, direct_port, live_port = free_ports(3)  # live: the proxy's dependency too
     env_file = tmp_path_factory.mktemp("proxy") / "compose.env"
     settings = {
         **image_tag_env(),
         "ZOSCII_API_PORT": api_port,
         "ZOSCII_API_DIRECT_PORT": direct_port,
+        "ZOSCII_LIVE_DIRECT_PORT": live_port,
         "ZOSCII_MAX_MESSAGE_BYTES": MAX_MESSAGE,
         # longer than the test: the half-sent heads must still be open at its end
         "ZOSCII_PROXY_HEADER_TIMEOUT_SECONDS": 300,
