@@ -48,9 +48,10 @@ def env_fields(cls: type) -> set[str]:
     (``core``: CoreSettings) whose defaults are instances of one."""
     names = set()
     for item in dataclasses.fields(cls):
-        spec = item.metadata.get("env")
+        spec = item.metadata.get("setting")
         if spec is not None:
-            names.add(spec.name)
+            if spec.env is not None:
+                names.add(spec.env)
         elif item.default_factory is not dataclasses.MISSING:
             nested = type(item.default_factory())
             if dataclasses.is_dataclass(nested):

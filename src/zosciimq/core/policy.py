@@ -36,7 +36,6 @@ import logging
 import os
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
@@ -44,28 +43,29 @@ from pathlib import Path
 from typing import Any
 
 from zosciimq.core.names import MAX_TOKEN_LENGTH
-from zosciimq.settings import SettingsError
+from zosciimq.settings import SettingsError, setting
+from zosciimq.settings_file import load_toml, read_table, table_at
 
 log = logging.getLogger(__name__)
 
 REFUSE = "refuse"
 DROP_OLDEST = "drop_oldest"
 WHEN_FULL = (REFUSE, DROP_OLDEST)
-_KEYS = ("retention_days", "max_messages", "max_bytes", "when_full", "dead_letter_max_deliveries")
 MAX_DELIVERIES = 1000  # as ZOSCII_MAX_DELIVERIES
 _PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-*?[]!")
 
 
 @dataclass(frozen=True)
 class QueueRule:
-    """What applies to one queue; None: not set (no limit, the server's default)."""
+    """What applies to one queue; None: not set (no limit, the server's default). The
+    settings are the keys of an entry of the file (``zosciimq.settings_file``)."""
 
     pattern: str = ""  # "" for [default]
-    retention_days: int | None = None
-    max_messages: int | None = None
-    max_bytes: int | None = None
-    when_full: str = REFUSE
-    dead_letter_max_deliveries: int | None = None
+    retention_days: int | None = setting(None, minimum=0, maximum=9999)
+    max_messages: int | None = setting(None, minimum=1)
+    max_bytes: int | None = setting(None, minimum=1)
+    when_full: str = setting(REFUSE, choices=WHEN_FULL)
+    dead_letter_max_deliveries: int | None = setting(None, minimum=1, maximum=MAX_DELIVERIES)
 
     @property
     def limited(self) -> bool:
@@ -93,22 +93,19 @@ EMPTY = Policy()
 
 def parse_policy(text: str, source: str = "policy file") -> Policy:
     """The policy in ``text``; SettingsError naming ``source``, the entry and the key."""
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"{source}: {exc}") from None
+    document = load_toml(text, source)
     unknown = set(document) - {"default", "queues"}
     if unknown:
         raise SettingsError(
             f'{source}: unknown section(s) {sorted(unknown)}: use [default], [queues."<name>"]'
         )
-    raw_default = document.get("default", {})
-    if not isinstance(raw_default, dict):
-        raise SettingsError(f"{source}: [default] must be a table")
-    default = _rule(raw_default, "", QueueRule(), f"{source}: [default]")
-    raw_queues = document.get("queues", {})
-    if not isinstance(raw_queues, dict):
-        raise SettingsError(f'{source}: queues must be tables: [queues."<name>"]')
+    default = _rule(
+        table_at(document.get("default", {}), f"{source}: [default]"),
+        "",
+        QueueRule(),
+        f"{source}: [default]",
+    )
+    raw_queues = table_at(document.get("queues", {}), f'{source}: [queues."<name>"]')
     exact: dict[str, QueueRule] = {}
     patterns: list[QueueRule] = []
     for name, entry in raw_queues.items():
@@ -116,9 +113,7 @@ def parse_policy(text: str, source: str = "policy file") -> Policy:
         pattern = name.lower()
         if not pattern or len(pattern) > MAX_TOKEN_LENGTH or not set(pattern) <= _PATTERN_CHARS:
             raise SettingsError(f"{where}: not a queue name or pattern (a-z 0-9 _ - and * ? [ ])")
-        if not isinstance(entry, dict):
-            raise SettingsError(f"{where}: must be a table")
-        rule = _rule(entry, pattern, default, where)
+        rule = _rule(table_at(entry, where), pattern, default, where)
         if any(c in pattern for c in "*?["):
             patterns.append(rule)
         elif pattern in exact:
@@ -129,29 +124,8 @@ def parse_policy(text: str, source: str = "policy file") -> Policy:
 
 
 def _rule(entry: dict[str, Any], pattern: str, base: QueueRule, where: str) -> QueueRule:
-    unknown = set(entry) - set(_KEYS)
-    if unknown:
-        raise SettingsError(f"{where}: unknown key(s) {sorted(unknown)}; known: {', '.join(_KEYS)}")
-    values: dict[str, Any] = {"pattern": pattern}
-    for key, low, high in (
-        ("retention_days", 0, 9999),
-        ("max_messages", 1, None),
-        ("max_bytes", 1, None),
-        ("dead_letter_max_deliveries", 1, MAX_DELIVERIES),
-    ):
-        if key in entry:
-            value = entry[key]
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise SettingsError(f"{where}: {key} must be a whole number")
-            if value < low or (high is not None and value > high):
-                bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-                raise SettingsError(f"{where}: {key} = {value}: must be {bounds}")
-            values[key] = value
-    if "when_full" in entry:
-        if entry["when_full"] not in WHEN_FULL:
-            raise SettingsError(f'{where}: when_full must be "refuse" or "drop_oldest"')
-        values["when_full"] = entry["when_full"]
-    return replace(base, **values)
+    """``base`` (the ``[default]`` rule) with what ``entry`` sets."""
+    return replace(base, pattern=pattern, **read_table(QueueRule, entry, where))
 
 
 class PolicySource:
