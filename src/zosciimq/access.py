@@ -14,6 +14,10 @@ Clients are declared in TOML (``ZOSCII_AUTH_FILE``, or the same text in
     actions = ["store", "retrieve"]    # store, retrieve, scan, identify, metrics, statistics,
                                        # admin (operators: queues, purge, delete, replay)
 
+Any other key or table stops the service at start, naming the file, the client and the
+key (``zosciimq.settings_file``): a misspelt ``wirte`` would otherwise leave the client
+without that right, and nobody would know why.
+
 Consumer groups belong to clients: two partners that may both read a queue must not
 consume, ack or dead-letter each other's group. A group action (consume, ack, requeue,
 deadletter, extend) needs the read right on the queue and a ``groups`` pattern that
@@ -267,8 +271,7 @@ def operator_client(token_sha256: str) -> Client | None:
 
 def parse_clients(text: str, source: str = "access control file") -> list[Client]:
     """The ``[[clients]]`` of ``text``; SettingsError naming ``source``, the client and
-    the key (an unknown key too: a misspelt ``write`` would otherwise take a right away
-    without a word)."""
+    the key, an unknown one too."""
     document = load_toml(text, source)
     check_keys(document, ("clients",), source)
     entries = document.get("clients", [])
