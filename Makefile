@@ -85,7 +85,7 @@ PYTEST = TESTCONTAINERS_RYUK_DISABLED=true PYTHONDONTWRITEBYTECODE= \
 
 .PHONY: venv lint test test-unit test-e2e e2e-images bench bench-quick
 
-# The tools and every service's dependencies (pinned), then zosciimq and the four
+# The tools and every service's dependencies (pinned), then zosciimq and the seven
 # services as editable packages: tests and benchmarks import them as installed, no
 # sys.path or PYTHONPATH (services/<svc>/pyproject.toml, README "Installing").
 SERVICES := api replikate claireup statissa phpmq zmq live

@@ -14,6 +14,10 @@ Clients are declared in TOML (``ZOSCII_AUTH_FILE``, or the same text in
     actions = ["store", "retrieve"]    # store, retrieve, scan, identify, metrics, statistics,
                                        # admin (operators: queues, purge, delete, replay)
 
+Any other key or table stops the service at start, naming the file, the client and the
+key (``zosciimq.settings_file``): a misspelt ``wirte`` would otherwise leave the client
+without that right, and nobody would know why.
+
 Consumer groups belong to clients: two partners that may both read a queue must not
 consume, ack or dead-letter each other's group. A group action (consume, ack, requeue,
 deadletter, extend) needs the read right on the queue and a ``groups`` pattern that
@@ -44,7 +48,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -52,7 +55,8 @@ from pathlib import Path
 
 from zosciimq.core.groups import dead_letter_owners
 from zosciimq.errors import Forbidden, Unauthenticated
-from zosciimq.settings import SettingsError
+from zosciimq.settings import SettingsError, setting
+from zosciimq.settings_file import check_keys, load_toml, read_table, table_at
 
 __all__ = [
     "ACTIONS",
@@ -93,15 +97,29 @@ READ_ACTIONS = frozenset({"fetch", "consume", "ack", "requeue", "deadletter", "e
 GROUP_ACTIONS = READ_ACTIONS - {"fetch"}
 
 
+def _sha256(value: object) -> bytes:
+    """A token's hash as the file gives it: 64 hex digits."""
+    try:
+        digest = bytes.fromhex(value) if isinstance(value, str) else b""
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise SettingsError("must be 64 hex digits (the sha256 of the token)")
+    return digest
+
+
 @dataclass(frozen=True)
 class Client:
-    name: str
-    token_sha256: bytes
-    username: str | None = None
-    read: tuple[str, ...] = ()
-    write: tuple[str, ...] = ()
-    actions: frozenset[str] = frozenset()
-    groups: tuple[str, ...] | None = None  # None: named after the client (own_groups)
+    """One ``[[clients]]`` entry of the file: its settings are the entry's keys
+    (``zosciimq.settings_file``), and no other key is allowed."""
+
+    name: str = setting()  # default in the file: client-<its number>
+    token_sha256: bytes = setting(parse=_sha256, required=True)
+    username: str | None = setting(None)
+    read: tuple[str, ...] = setting(())
+    write: tuple[str, ...] = setting(())
+    actions: frozenset[str] = setting(frozenset(), choices=tuple(sorted(ACTIONS)))
+    groups: tuple[str, ...] | None = setting(None)  # None: named after the client (own_groups)
 
     def may(self, action: str, queue: str | None, group: str | None = None) -> bool:
         """``group``: the clean group of a group action, or None while it is not known
@@ -218,13 +236,15 @@ def load_access_control(env: Mapping[str, str]) -> AccessControl:
     if path and inline.strip():
         raise SettingsError("set ZOSCII_AUTH_FILE or ZOSCII_AUTH_CLIENTS, not both")
     if path:
+        source = f"ZOSCII_AUTH_FILE={path}"
         try:
             text = Path(path).read_text("utf-8")
-        except OSError as exc:
-            raise SettingsError(f"ZOSCII_AUTH_FILE={path}: {exc.strerror}") from None
-        clients = parse_clients(text)
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+            raise SettingsError(f"{source}: {why}") from None
+        clients = parse_clients(text, source)
     elif inline.strip():
-        clients = parse_clients(inline)
+        clients = parse_clients(inline, "ZOSCII_AUTH_CLIENTS")
     else:
         clients = []
     return AccessControl(clients, operator_client(env.get("ZOSCII_ADMIN_TOKEN_SHA256", "")))
@@ -249,39 +269,22 @@ def operator_client(token_sha256: str) -> Client | None:
     )
 
 
-def parse_clients(text: str) -> list[Client]:
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"access control file: {exc}") from None
+def parse_clients(text: str, source: str = "access control file") -> list[Client]:
+    """The ``[[clients]]`` of ``text``; SettingsError naming ``source``, the client and
+    the key, an unknown one too."""
+    document = load_toml(text, source)
+    check_keys(document, ("clients",), source)
+    entries = document.get("clients", [])
+    if not isinstance(entries, list):
+        raise SettingsError(f"{source}: clients must be a list of tables: [[clients]]")
     clients = []
-    for number, entry in enumerate(document.get("clients", []), start=1):
-        where = f"access control client #{number}"
-        try:
-            token = bytes.fromhex(entry["token_sha256"])
-        except (KeyError, ValueError, TypeError):
-            raise SettingsError(f"{where}: token_sha256 must be 64 hex digits") from None
-        if len(token) != 32:
-            raise SettingsError(f"{where}: token_sha256 must be 64 hex digits")
-        actions = frozenset(entry.get("actions", []))
-        if not actions <= ACTIONS:
-            raise SettingsError(f"{where}: unknown actions {sorted(actions - ACTIONS)}")
-        groups = entry.get("groups")
-        if groups is not None and (
-            not isinstance(groups, list) or not all(isinstance(g, str) for g in groups)
-        ):
-            raise SettingsError(f"{where}: groups must be a list of group name patterns")
-        clients.append(
-            Client(
-                name=str(entry.get("name", f"client-{number}")),
-                token_sha256=token,
-                username=entry.get("username"),
-                read=tuple(entry.get("read", [])),
-                write=tuple(entry.get("write", [])),
-                actions=actions,
-                groups=None if groups is None else tuple(g.lower() for g in groups),
-            )
-        )
+    for number, entry in enumerate(entries, start=1):
+        where = f"{source}: [[clients]] #{number}"
+        values = read_table(Client, table_at(entry, where), where)
+        values.setdefault("name", f"client-{number}")
+        if values.get("groups") is not None:
+            values["groups"] = tuple(g.lower() for g in values["groups"])
+        clients.append(Client(**values))
     if not clients:
-        raise SettingsError("access control file declares no [[clients]]")
+        raise SettingsError(f"{source}: declares no [[clients]]")
     return clients

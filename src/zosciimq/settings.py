@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -80,34 +81,66 @@ def env_list(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tup
 
 
 @dataclass(frozen=True)
-class EnvVar:
-    """How a field is read: its variable, bounds (numbers: at least 0 unless said), and a
-    parser for what the field's type cannot say."""
+class Setting:
+    """How a field is read and checked, from the environment (``env``: its variable) and
+    from an operator's TOML file (``zosciimq.settings_file``: the field's name is the
+    key), so a value means the same wherever it is written.
 
-    name: str
+    Numbers are at least ``minimum`` (0 unless said: settings are counts and sizes), at
+    most ``maximum`` and, with ``above``, more than it; a string (or each item of a list)
+    is one of ``choices`` when they are given. ``parse`` reads what the field's type
+    cannot say, from the variable's text or the file's TOML value; it replaces the check
+    by type and raises ValueError (or SettingsError) saying what it expected. A file
+    must give a ``required`` key.
+    """
+
+    env: str | None = None
     minimum: float | None = None
     maximum: float | None = None
-    parse: Callable[[str], Any] | None = None
+    above: float | None = None
+    choices: tuple[str, ...] = ()
+    parse: Callable[[Any], Any] | None = None
+    required: bool = False
 
 
-def env_field(
-    name: str,
+def setting(
     default: Any = dataclasses.MISSING,
     *,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    env: str | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
-    parse: Callable[[str], Any] | None = None,
+    above: float | None = None,
+    choices: tuple[str, ...] = (),
+    parse: Callable[[Any], Any] | None = None,
+    required: bool = False,
     secret: bool = False,
 ) -> Any:
-    """A dataclass field read from ``name`` by ``read_env``; its default lives only here.
-    A ``secret`` (a token) is left out of the settings' repr, so no log line shows it."""
+    """A dataclass field read by ``read_env`` (when it has an ``env`` variable) or from a
+    file's table (``zosciimq.settings_file.read_table``); its default lives only here. A
+    ``secret`` (a token) is left out of the repr, so no log line shows it."""
     return dataclasses.field(
         default=default,
         default_factory=default_factory,
         repr=not secret,
-        metadata={"env": EnvVar(name, minimum, maximum, parse)},
+        metadata={
+            "setting": Setting(env, minimum, maximum, above, choices, parse, required),
+        },
     )
+
+
+def env_field(name: str, default: Any = dataclasses.MISSING, **checks: Any) -> Any:
+    """A ``setting`` read from the environment variable ``name``."""
+    return setting(default, env=name, **checks)
+
+
+def settings_of(cls: type) -> dict[str, Setting]:
+    """``cls``'s fields that are settings (``setting``, ``env_field``), by field name."""
+    return {
+        item.name: item.metadata["setting"]
+        for item in dataclasses.fields(cls)
+        if "setting" in item.metadata
+    }
 
 
 def read_env(cls: type[T], env: Mapping[str, str] | None = None, **given: Any) -> T:
@@ -118,39 +151,81 @@ def read_env(cls: type[T], env: Mapping[str, str] | None = None, **given: Any) -
     ``frozenset[str]``) or its own ``parse``, and checked against its bounds; an unset
     one keeps the field's default. ``given`` fields are taken as they are.
     """
+    return cls(**{**env_values(cls, env, skip=given), **given})
+
+
+def env_values(
+    cls: type, env: Mapping[str, str] | None = None, *, skip: Collection[str] = ()
+) -> dict[str, Any]:
+    """The values of ``cls``'s fields whose variables are set in ``env`` (not blank),
+    parsed and checked, by field name; fields named in ``skip`` are not read."""
     env = os.environ if env is None else env
     hints = typing.get_type_hints(cls)
-    values = dict(given)
-    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
-        spec = item.metadata.get("env")
-        if spec is None or item.name in values:
+    values = {}
+    for name, spec in settings_of(cls).items():
+        if spec.env is None or name in skip:
             continue
-        raw = env.get(spec.name, "").strip()
+        raw = env.get(spec.env, "").strip()
         if raw:
-            values[item.name] = _parse(spec, hints[item.name], raw)
-    return cls(**values)
+            values[name] = parse_env(spec, hints[name], raw)
+    return values
 
 
-def _parse(spec: EnvVar, kind: Any, raw: str) -> Any:
+def parse_env(spec: Setting, kind: Any, raw: str) -> Any:
+    """The text ``raw`` of ``spec``'s variable as a value of type ``kind``, checked."""
+    name = spec.env or "?"
     if spec.parse is not None:
-        return spec.parse(raw)
+        try:
+            value = spec.parse(raw)
+        except SettingsError:
+            raise
+        except ValueError as exc:
+            raise SettingsError(f"{name}={raw!r}: {exc}") from None
+        return check_choices(spec, value, name)
+    kind = unless_none(kind)
     if kind is bool:
-        return env_bool({spec.name: raw}, spec.name, False)
+        return env_bool({name: raw}, name, False)
     minimum = 0 if spec.minimum is None else spec.minimum  # settings are counts and sizes
     if kind is int:
         maximum = None if spec.maximum is None else int(spec.maximum)
-        return env_int({spec.name: raw}, spec.name, 0, minimum=int(minimum), maximum=maximum)
-    if kind is float:
-        value = env_float({spec.name: raw}, spec.name, 0.0, minimum=minimum)
+        value = env_int({name: raw}, name, 0, minimum=int(minimum), maximum=maximum)
+    elif kind is float:
+        value = env_float({name: raw}, name, 0.0, minimum=minimum)
         if spec.maximum is not None and value > spec.maximum:
-            raise SettingsError(f"{spec.name}={value}: must be at most {spec.maximum}")
-        return value
-    if kind is Path:
+            raise SettingsError(f"{name}={value}: must be at most {spec.maximum}")
+    elif kind is Path:
         return Path(raw)
-    origin = typing.get_origin(kind)
-    if origin in (tuple, frozenset):
-        return origin(env_list({spec.name: raw}, spec.name, ()))
-    return raw
+    elif typing.get_origin(kind) in (tuple, frozenset):
+        items = typing.get_origin(kind)(env_list({name: raw}, name, ()))
+        return check_choices(spec, items, name)
+    else:
+        return check_choices(spec, raw, name)
+    if spec.above is not None and value <= spec.above:
+        raise SettingsError(f"{name}={value}: must be more than {spec.above}")
+    return value
+
+
+def check_choices(spec: Setting, value: Any, where: str) -> Any:
+    """``value`` (a string, or each item of a collection) when it is one of the spec's
+    ``choices`` (or there are none), else SettingsError naming ``where``."""
+    if not spec.choices:
+        return value
+    items = {value} if isinstance(value, str) else set(value)
+    unknown = items - set(spec.choices)
+    if unknown:
+        raise SettingsError(
+            f"{where}: {', '.join(sorted(map(repr, unknown)))} is not one of "
+            f"{', '.join(map(repr, spec.choices))}"
+        )
+    return value
+
+
+def unless_none(kind: Any) -> Any:
+    """``X`` for ``X | None``; other types as they are."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return kind
 
 
 DURABILITY_MODES = ("sync", "interval")  # zosciimq.core.checkpoint.Mode

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zosciimq.core import DataDir, QueueStore, Upload
-from zosciimq.core import groups as groups_module
+from zosciimq.core import DataDir, QueueStore, Upload, group_log
 from zosciimq.core.groups import ConsumerGroups, dead_letter_queue
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.policy import PolicySource
@@ -202,7 +201,7 @@ def test_a_retried_settlement_answers_as_the_first_and_is_not_applied_twice(
     assert (stats.acked, stats.dead_lettered, stats.waiting) == (1, 1, 1), "applied twice"
     assert len(queues.names_after(dead_letter_queue("q", "g"), "", 10)) == 1
 
-    monkeypatch.setattr(groups_module, "COMPACT_AFTER_LINES", 1)
+    monkeypatch.setattr(group_log, "COMPACT_AFTER_LINES", 1)
     (again,), _ = take(fresh)  # leased again; more lines than twice the state: compacted
     for _ in range(6):
         fresh.extend("q", "g", again.receipt, 30)
@@ -247,8 +246,8 @@ def test_state_survives_a_new_process_and_a_torn_last_line(data_dir, queues, gro
 
 
 def test_a_long_log_is_compacted_to_its_state(data_dir, queues, lease_clock, monkeypatch) -> None:
-    monkeypatch.setattr(groups_module, "COMPACT_AFTER_LINES", 50)
-    monkeypatch.setattr(groups_module, "RECENT_ACKS", 10)
+    monkeypatch.setattr(group_log, "COMPACT_AFTER_LINES", 50)
+    monkeypatch.setattr(group_log, "RECENT_ACKS", 10)
     groups = ConsumerGroups(data_dir, queues, clock=lease_clock)
     put(data_dir, queues, "q", *[b"%d" % i for i in range(120)])
     kept = None

@@ -217,7 +217,7 @@ def test_drop_oldest_keeps_the_newest(data_dir: DataDir, clock) -> None:
 def test_drop_oldest_by_bytes_and_the_index_is_rebuilt_eventually(
     data_dir: DataDir, clock, monkeypatch
 ) -> None:
-    monkeypatch.setattr("zosciimq.core.policy.REBUILD_AFTER", 4)
+    monkeypatch.setattr("zosciimq.core.limits.REBUILD_AFTER", 4)
     queues = _store(data_dir, clock, '[queues."q"]\nmax_bytes = 6\nwhen_full = "drop_oldest"')
     for i in range(20):
         publish_body(queues, "q", b"%02d" % i)

@@ -71,15 +71,16 @@ def test_a_bad_setting_exits_2_with_one_line_naming_it(
     assert variable in line
 
 
-def test_a_bad_job_exits_2_naming_the_job_and_the_key(
+def test_a_bad_job_exits_2_naming_the_file_the_job_and_the_key(
     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    (tmp_path / "replikate.toml").write_text(DOWN_JOB + "retries = true\n")
+    config = tmp_path / "replikate.toml"
+    config.write_text(DOWN_JOB + "retries = true\n")
     with pytest.raises(SystemExit) as exited:
         cli.main(["check"])
     assert exited.value.code == 2
     assert capsys.readouterr().err == (
-        "configuration error: [jobs.down] retries: expected int, got True\n"
+        f"configuration error: {config}: [jobs.down]: retries must be a whole number, not True\n"
     )
 
 

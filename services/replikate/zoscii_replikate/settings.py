@@ -12,39 +12,40 @@ File (``ZOSCII_REPLIKATE_CONFIG``, default /etc/zoscii/replikate.toml)::
 
 The environment overrides the file's ``[defaults]`` (``ZOSCII_REPLIKATE_<KEY>``) and can
 define one whole job for the simple case (``ZOSCII_REPLIKATE_SOURCE_URL`` ...). A bad
-value fails at start, naming the job and the key.
+value, or a key no job has, fails at start, naming the file, the job and the key.
 
-Each default is written once: on its ``JobConfig`` field (the ``inherited`` ones are the
-``[defaults]`` keys, their types and their ``ZOSCII_REPLIKATE_<KEY>`` variables) or, for
-the service's own settings, on its ``env_field``.
+Each key is written once, on its ``JobConfig`` field: its type, default and bounds
+(the ``inherited`` ones are the ``[defaults]`` keys and their ``ZOSCII_REPLIKATE_<KEY>``
+variables), read by the reader every operator file shares (``zosciimq.settings_file``);
+the service's own settings are ``env_field``s.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import tomllib
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.core import DataDir
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import clean_queue
+from zosciimq.errors import InvalidInput
 from zosciimq.service.config import read_service_env
 from zosciimq.service.logs import LEVELS, log_settings
 from zosciimq.settings import (
     CoreSettings,
+    Setting,
     SettingsError,
-    env_bool,
     env_field,
-    env_float,
-    env_int,
-    env_str,
+    parse_env,
+    setting,
+    settings_of,
 )
+from zosciimq.settings_file import load_toml, read_table, table_at
 
 DEFAULT_CONFIG = Path("/etc/zoscii/replikate.toml")
 ENV_PREFIX = "ZOSCII_REPLIKATE_"
@@ -57,46 +58,100 @@ MODES = ("default", "original")
 MAX_BATCH_COUNT = 1000  # the api's default ZOSCII_MAX_BATCH_COUNT
 
 
-def inherited(default: Any) -> Any:
+def inherited(default: Any, **checks: Any) -> Any:
     """A job key with a default for every job: ``[defaults]`` and ``ZOSCII_REPLIKATE_<KEY>``
-    may change it for all jobs, a job's own table for itself."""
-    return field(default=default, metadata={"inherited": True})
+    may change it for all jobs, a job's own table for itself. ``checks``: its bounds or
+    choices (``zosciimq.settings.Setting``), the same in the file and the environment."""
+    return field(default=default, metadata={"setting": Setting(**checks), "inherited": True})
+
+
+def _url(value: object) -> str:
+    if not isinstance(value, str) or not value.strip().startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    return value.strip()
+
+
+def _queue(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a queue name")
+    try:
+        queue = clean_queue(value)
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
+    if queue != value:
+        raise ValueError(f"write queue names in lower case ({queue!r})")
+    return queue
+
+
+def _source_queue(value: object) -> str:
+    return _queue(value.strip() if isinstance(value, str) else value)
+
+
+def _target_queue(value: object) -> str | None:
+    return _queue(value) if value else None  # "": the store
+
+
+def _cron(value: object) -> str:
+    from apscheduler.triggers.cron import CronTrigger
+
+    if not isinstance(value, str):
+        raise ValueError("expected a crontab expression")
+    CronTrigger.from_crontab(value, timezone="UTC")  # ValueError says what is wrong
+    return value
+
+
+def _pointer_file(value: object) -> str:
+    if not isinstance(value, str) or not _POINTER_FILE_RE.fullmatch(value):
+        raise ValueError("expected replikate_state_<a-zA-Z0-9_->.txt")
+    return value
+
+
+def _mode(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected one of {MODES}")
+    return "original" if value == "compat" else value  # compat: the older name
 
 
 @dataclass(frozen=True)
 class JobConfig:
-    """One replication job: where from, where to, when, and how patiently."""
+    """One replication job: where from, where to, when, and how patiently. Its settings
+    are the keys of a job's table (``zosciimq.settings_file``), checked the same way in
+    ``[defaults]``, a job's table and the ``ZOSCII_REPLIKATE_<KEY>`` variables."""
 
     name: str
-    source_url: str
-    source_queue: str
-    target_queue: str | None  # None: the local store
-    cron: str | None = None  # crontab expression; replaces the interval when set
-    pointer_file: str | None = None  # default: replikate_state_<sq>_<tq or store>.txt
-    interval_seconds: float = inherited(30.0)
+    source_url: str = setting(parse=_url, required=True)
+    source_queue: str = setting(parse=_source_queue, required=True)
+    target_queue: str | None = setting(parse=_target_queue)  # None: the local store
+    cron: str | None = setting(None, parse=_cron)  # crontab; replaces the interval when set
+    pointer_file: str | None = setting(None, parse=_pointer_file)
+    # default pointer file: replikate_state_<sq>_<tq or store>.txt
+    interval_seconds: float = inherited(30.0, above=0)
     # 0: none, a run goes on until it has caught up (the link is the bound); a cap keeps
     # one job from holding a thread the others need (more jobs than threads).
     max_messages_per_run: int = inherited(0)
-    max_message_bytes: int = inherited(1 << 30)
-    connect_timeout: float = inherited(5.0)
-    read_timeout: float = inherited(30.0)
-    deadline_seconds: float = inherited(600.0)
+    max_message_bytes: int = inherited(1 << 30, minimum=1)
+    connect_timeout: float = inherited(5.0, above=0)
+    read_timeout: float = inherited(30.0, above=0)
+    deadline_seconds: float = inherited(600.0, above=0)
     retries: int = inherited(2)
     # A fetch without a byte from the source for this long (beyond its long-poll) is a
     # stall: logged and counted in errors_total{reason="stalled"} at once, while the
     # transport goes on waiting for its read timeout and retries.
-    stall_seconds: float = inherited(10.0)
+    stall_seconds: float = inherited(10.0, above=0)
     verify_tls: bool = inherited(True)
     ca_bundle: str = inherited("")  # a CA file for the source (implies verify_tls)
-    mode: str = inherited("default")  # or "original": only what replikate.php sends
+    # or "original": only what replikate.php sends
+    mode: str = inherited("default", parse=_mode, choices=MODES)
     backoff_initial_seconds: float = inherited(5.0)
     backoff_max_seconds: float = inherited(600.0)
-    batch_count: int = inherited(100)  # messages per fetch where the source has batches
-    batch_bytes: int = inherited(16 << 20)  # byte budget of a batch (the first always comes)
-    wait_seconds: float = inherited(0.0)  # long-poll after catching up (within the interval)
+    # messages per fetch where the source has batches (1: no batches)
+    batch_count: int = inherited(100, minimum=1, maximum=MAX_BATCH_COUNT)
+    batch_bytes: int = inherited(16 << 20, minimum=1)  # a batch's budget (the first always comes)
+    # long-poll after catching up (within the interval); 0: off
+    wait_seconds: float = inherited(0.0, maximum=3600)
     # A source name dated further ahead than this is refused: a hostile source could
     # otherwise push the pointer to 9999 and hide every later message.
-    max_future_seconds: float = inherited(3600.0)
+    max_future_seconds: float = inherited(3600.0, minimum=60)
     # Resolved from the environment at start; never printed.
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
@@ -122,26 +177,15 @@ def _inherited_keys() -> dict[str, tuple[type, Any]]:
 
 # [defaults] keys: name -> (type, default), from the fields above.
 DEFAULTS = _inherited_keys()
-JOB_KEYS = set(DEFAULTS) | {
-    "source_url",
-    "source_queue",
-    "target_queue",
-    "cron",
+# A job's keys that are no field of JobConfig: read by _headers, _basic_auth, load_jobs.
+EXTRA_JOB_KEYS = (
     "headers",
     "header_env",
     "bearer_token_env",
     "basic_auth_user",
     "basic_auth_password_env",
-    "pointer_file",
     "enabled",
-}
-# How ZOSCII_REPLIKATE_<KEY> is read, by the key's type: (env, variable, default) -> value.
-_FROM_ENV: dict[type, Callable[[Mapping[str, str], str, Any], Any]] = {
-    bool: env_bool,
-    int: env_int,
-    float: env_float,
-    str: env_str,
-}
+)
 
 
 @dataclass(frozen=True)
@@ -185,7 +229,7 @@ class Settings:
             env,
             core=core,
             config_path=config_path,
-            jobs=load_jobs(document, env, DataDir(core.data_dir)),
+            jobs=load_jobs(document, env, DataDir(core.data_dir), str(config_path or CONFIG_VAR)),
             log=_logs(env),
         )
 
@@ -196,9 +240,10 @@ def _read_config(env: Mapping[str, str]) -> tuple[Path | None, dict[str, Any]]:
     config_path = Path(explicit) if explicit else DEFAULT_CONFIG
     if config_path.exists():
         try:
-            return config_path, tomllib.loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            text = config_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise SettingsError(f"{config_path}: {exc}") from None
+        return config_path, load_toml(text, str(config_path))
     if explicit:
         raise SettingsError(f"{CONFIG_VAR}={explicit}: no such file")
     return None, {}
@@ -214,37 +259,48 @@ def _logs(env: Mapping[str, str]) -> tuple[str, str]:
 
 
 def load_jobs(
-    document: Mapping[str, Any], env: Mapping[str, str], data_dir: DataDir
+    document: Mapping[str, Any],
+    env: Mapping[str, str],
+    data_dir: DataDir,
+    source: str = CONFIG_VAR,
 ) -> tuple[JobConfig, ...]:
+    """The enabled jobs of ``document`` (the file ``source``) and the environment's."""
     unknown = set(document) - {"defaults", "jobs"}
     if unknown:
         raise SettingsError(
-            f"unknown top-level key(s) {sorted(unknown)}: use [defaults], [jobs.NAME]"
+            f"{source}: unknown top-level key(s) {sorted(unknown)}: use [defaults], [jobs.NAME]"
         )
-    defaults = _defaults(_table(document.get("defaults", {}), "[defaults]"), env)
-    tables = dict(_table(document.get("jobs", {}), "[jobs]"))
+    at = f"{source}: [defaults]"
+    defaults = _defaults(table_at(document.get("defaults", {}), at), env, at)
+    where = f"{source}: [jobs.{{}}]"
+    tables = {
+        name: (table, where.format(name))
+        for name, table in table_at(document.get("jobs", {}), f"{source}: [jobs]").items()
+    }
     env_job = _env_job(env)
     if env_job is not None:
-        tables[env.get(ENV_PREFIX + "JOB_NAME", "").strip() or ENV_JOB_NAME] = env_job
+        name = env.get(ENV_PREFIX + "JOB_NAME", "").strip() or ENV_JOB_NAME
+        tables[name] = (env_job, f"{ENV_PREFIX}SOURCE_URL (job {name})")
     jobs = []
-    for name, table in sorted(tables.items()):
-        table = _table(table, f"[jobs.{name}]")
+    for name, (table, at) in sorted(tables.items()):
+        table = table_at(table, at)
         if table.get("enabled", True) is False:
             continue
-        jobs.append(_job(name, table, defaults, env))
+        jobs.append(_job(name, table, defaults, env, at))
     _check_pointer_files(jobs, data_dir)
     return tuple(jobs)
 
 
-def _defaults(table: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+def _defaults(table: Mapping[str, Any], env: Mapping[str, str], where: str) -> dict[str, Any]:
     """Every inherited key: the field's default, else [defaults], else ZOSCII_REPLIKATE_<KEY>."""
-    unknown = set(table) - set(DEFAULTS)
-    if unknown:
-        raise SettingsError(f"[defaults]: unknown key(s) {sorted(unknown)}")
-    values = {}
-    for key, (kind, default) in DEFAULTS.items():
-        value = _typed(f"[defaults] {key}", table.get(key, default), kind)
-        values[key] = _FROM_ENV[kind](env, ENV_PREFIX + key.upper(), value)
+    values = {key: default for key, (_kind, default) in DEFAULTS.items()}
+    values.update(read_table(JobConfig, table, where, only=DEFAULTS))
+    specs = settings_of(JobConfig)
+    for key, (kind, _default) in DEFAULTS.items():
+        variable = ENV_PREFIX + key.upper()
+        raw = env.get(variable, "").strip()
+        if raw:
+            values[key] = parse_env(replace(specs[key], env=variable), kind, raw)
     return values
 
 
@@ -269,91 +325,47 @@ def _env_job(env: Mapping[str, str]) -> dict[str, Any] | None:
 
 
 def _job(
-    name: str, table: Mapping[str, Any], defaults: Mapping[str, Any], env: Mapping[str, str]
+    name: str,
+    table: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    env: Mapping[str, str],
+    where: str,
 ) -> JobConfig:
-    where = f"[jobs.{name}]"
     if not _JOB_NAME_RE.fullmatch(name):
         raise SettingsError(f"{where}: job names use 1 to 64 of a-z A-Z 0-9 _ -")
-    unknown = set(table) - JOB_KEYS
-    if unknown:
-        hint = (
-            " (secrets go in env vars: use *_env keys)" if unknown & {"token", "password"} else ""
-        )
-        raise SettingsError(f"{where}: unknown key(s) {sorted(unknown)}{hint}")
-    values = dict(defaults)
-    for key, (kind, _default) in DEFAULTS.items():
-        if key in table:
-            values[key] = _typed(f"{where} {key}", table[key], kind)
-    if values["mode"] == "compat":
-        values["mode"] = "original"
-
-    url = _required_str(table, "source_url", where)
-    if not url.startswith(("http://", "https://")):
-        raise SettingsError(f"{where} source_url: expected an http:// or https:// URL")
-    target = table.get("target_queue")
-    cron = table.get("cron")
+    secrets = sorted(set(table) & {"token", "password"})
+    if secrets:
+        raise SettingsError(f"{where}: {secrets}: secrets go in env vars: use the *_env keys")
+    values = {**defaults, "target_queue": None}
+    values.update(read_table(JobConfig, table, where, extra=EXTRA_JOB_KEYS))
     job = JobConfig(
         name=name,
-        source_url=url,
-        source_queue=_queue(_required_str(table, "source_queue", where), f"{where} source_queue"),
-        target_queue=_queue(target, f"{where} target_queue") if target else None,
-        cron=None if cron is None else _cron(cron, f"{where} cron"),
-        pointer_file=_pointer_file(table.get("pointer_file"), where),
         headers=_headers(table, where, env),
         basic_auth=_basic_auth(table, where, env),
         **values,
     )
-    _check_values(job, where)
+    _check_ca_bundle(job, where)
     return job
 
 
-def _check_values(job: JobConfig, where: str) -> None:
-    """The inherited keys' values that their types allow but a run could not use."""
-    if job.mode not in MODES:
-        raise SettingsError(f"{where} mode: {job.mode!r}, expected one of {MODES}")
-    for key in (
-        "interval_seconds",
-        "connect_timeout",
-        "read_timeout",
-        "deadline_seconds",
-        "stall_seconds",
-    ):
-        if getattr(job, key) <= 0:
-            raise SettingsError(f"{where} {key}: must be more than 0")
-    if job.max_messages_per_run < 0:
-        raise SettingsError(f"{where} max_messages_per_run: must be >= 0 (0: no cap)")
-    if job.max_message_bytes < 1:
-        raise SettingsError(f"{where} max_message_bytes: must be >= 1")
-    if not 1 <= job.batch_count <= MAX_BATCH_COUNT:
-        raise SettingsError(f"{where} batch_count: must be 1 to {MAX_BATCH_COUNT} (1: no batches)")
-    if job.batch_bytes < 1:
-        raise SettingsError(f"{where} batch_bytes: must be >= 1")
-    if not 0 <= job.wait_seconds <= 3600:
-        raise SettingsError(f"{where} wait_seconds: must be 0 (off) to 3600")
-    if job.max_future_seconds < 60:
-        raise SettingsError(f"{where} max_future_seconds: must be at least 60")
+def _check_ca_bundle(job: JobConfig, where: str) -> None:
+    """What the keys' own checks cannot see: a CA file with verification off, or none."""
     if job.ca_bundle:
         if not job.verify_tls:
             raise SettingsError(f"{where}: ca_bundle given but verify_tls is false")
         if not Path(job.ca_bundle).is_file():
-            raise SettingsError(f"{where} ca_bundle: {job.ca_bundle} is not a file")
-
-
-def _pointer_file(value: Any, where: str) -> str | None:
-    if value is not None and (not isinstance(value, str) or not _POINTER_FILE_RE.fullmatch(value)):
-        raise SettingsError(f"{where} pointer_file: expected replikate_state_<a-zA-Z0-9_->.txt")
-    return value
+            raise SettingsError(f"{where}: ca_bundle: {job.ca_bundle} is not a file")
 
 
 def _headers(table: Mapping[str, Any], where: str, env: Mapping[str, str]) -> dict[str, str]:
     headers: dict[str, str] = {}
-    for header, value in _table(table.get("headers", {}), f"{where} headers").items():
+    for header, value in table_at(table.get("headers", {}), f"{where}: headers").items():
         if header.lower() in _SECRET_HEADERS:
             raise SettingsError(
                 f"{where} headers: {header} looks like a secret; name an env var in header_env"
             )
         headers[header] = _plain_str(value, f"{where} headers.{header}")
-    for header, var in _table(table.get("header_env", {}), f"{where} header_env").items():
+    for header, var in table_at(table.get("header_env", {}), f"{where}: header_env").items():
         headers[header] = _secret(env, _plain_str(var, f"{where} header_env.{header}"), where)
     token_var = table.get("bearer_token_env")
     if token_var:
@@ -394,53 +406,7 @@ def _check_pointer_files(jobs: list[JobConfig], data_dir: DataDir) -> None:
         seen[path] = job.name
 
 
-def _queue(raw: Any, where: str) -> str:
-    if not isinstance(raw, str):
-        raise SettingsError(f"{where}: expected a queue name")
-    try:
-        queue = clean_queue(raw)
-    except InvalidInput as exc:
-        raise SettingsError(f"{where}: {exc}") from None
-    if queue != raw:
-        raise SettingsError(f"{where}: write queue names in lower case ({queue!r})")
-    return queue
-
-
-def _cron(raw: Any, where: str) -> str:
-    from apscheduler.triggers.cron import CronTrigger
-
-    if not isinstance(raw, str):
-        raise SettingsError(f"{where}: expected a crontab expression")
-    try:
-        CronTrigger.from_crontab(raw, timezone="UTC")
-    except ValueError as exc:
-        raise SettingsError(f"{where}: {exc}") from None
-    return raw
-
-
-def _table(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise SettingsError(f"{where}: expected a table")
-    return value
-
-
-def _required_str(table: Mapping[str, Any], key: str, where: str) -> str:
-    value = table.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise SettingsError(f"{where}: {key} is required")
-    return value.strip()
-
-
 def _plain_str(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise SettingsError(f"{where}: expected a string")
-    return value
-
-
-def _typed(where: str, value: Any, kind: type) -> Any:
-    """A TOML value as the key's type (an integer is a float where a float is expected)."""
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise SettingsError(f"{where}: expected {kind.__name__}, got {value!r}")
     return value

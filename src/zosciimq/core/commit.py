@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from zosciimq.core import index as idx
-from zosciimq.core import policy
+from zosciimq.core import limits, policy
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
 from zosciimq.core.clock import Clock
 from zosciimq.core.durable import unlink_quietly
@@ -126,17 +126,17 @@ class QueueCommitter:
         header: idx.IndexHeader,
         group: list[Publish],
         rule: policy.QueueRule | None,
-    ) -> tuple[policy.Usage | None, list[str]]:
+    ) -> tuple[limits.Usage | None, list[str]]:
         """The queue policy's limits: a submission over them is refused (done, with
         QueueFull), or the oldest messages are to be dropped to make room (their names;
         dropped once the group is logged, so a failed group drops nothing)."""
         if rule is None or not rule.limited:
             return None, []
-        usage = policy.read_usage(files.usage_path, header) or policy.scan_usage(
+        usage = limits.read_usage(files.usage_path, header) or limits.scan_usage(
             files.dir, index, header
         )
         incoming = [(len(s.work), sum(m.upload.size for m in s.work)) for s in group]
-        verdicts, drops = policy.make_room(
+        verdicts, drops = limits.make_room(
             files.name, rule, usage, files.dir, index, header, incoming
         )
         for submission, error in zip(group, verdicts, strict=True):
@@ -148,7 +148,7 @@ class QueueCommitter:
         self,
         files: QueueFiles,
         header: idx.IndexHeader,
-        usage: policy.Usage,
+        usage: limits.Usage,
         accepted: list[tuple[Outgoing, str]],
     ) -> None:
         """Remember the counts for the header this commit leaves; the index is rebuilt
@@ -156,7 +156,7 @@ class QueueCommitter:
         not step over them one by one)."""
         usage.count += len(accepted)
         usage.bytes += sum(m.upload.size for m, _ in accepted)
-        if usage.head >= policy.REBUILD_AFTER and usage.head > usage.count:
+        if usage.head >= limits.REBUILD_AFTER and usage.head > usage.count:
             header = idx.rebuild(files.index_path, files.dir, floor=header.last)
             files.index.drop()
             files.own_commit = None
@@ -164,8 +164,8 @@ class QueueCommitter:
                 unlink_quietly(files.usage_path)
                 return
             usage.head = 0
-        usage.key = policy.header_key(header)
-        policy.write_usage(files.usage_path, usage)
+        usage.key = limits.header_key(header)
+        limits.write_usage(files.usage_path, usage)
 
     def _allocate(
         self, group: list[Publish], header: idx.IndexHeader, retention: int

@@ -16,7 +16,8 @@ only what others appended since. A line about an ack, a requeue or a dead letter
 flushed before the answer: an ack that was answered is never lost. A delivery is
 written before it is answered but not flushed: after a power loss it may be delivered
 again, which leases allow anyway (at least once). The log is rewritten as a snapshot
-when it has grown well past the state it describes. Services keep it tidy and observe it
+when it has grown well past the state it describes (its format, replay and compaction:
+``core.group_log``; here, what the operations mean). Services keep it tidy and observe it
 through this module only: claireup with ``forget`` (the state of a vanished queue) and
 ``tidy`` (the history of deleted messages), statissa with ``stats(lock=False)``.
 
@@ -34,18 +35,17 @@ import re
 import secrets
 import threading
 import time
-import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from zosciimq.core.durable import atomic_write, ensure_dir, raise_if_full
+from zosciimq.core import group_log
+from zosciimq.core.durable import raise_if_full
 from zosciimq.core.errors import InvalidInput, QueueNotFound
 from zosciimq.core.group_commit import Lane, Submission
-from zosciimq.core.layout import GROUP_SUFFIX, LEFTOVER_PREFIX, LEFTOVER_SUFFIX, DataDir
+from zosciimq.core.group_log import GroupState, LogWriter, OpenEntry
+from zosciimq.core.layout import GROUP_SUFFIX, DataDir
 from zosciimq.core.locking import FileLock
 from zosciimq.core.names import (
     MAX_TOKEN_LENGTH,
@@ -66,10 +66,6 @@ R = TypeVar("R")
 DEFAULT_MAX_DELIVERIES = 5
 DEAD_SUFFIX = "--dead"
 MAX_LANES = 4096  # groups whose waiting operations this process tracks (core.group_commit)
-RECENT_ACKS = 10_000  # settled receipts remembered: a retried ack, requeue or dead letter
-# (its reply lost) is answered as the first one, never applied twice
-COMPACT_AFTER_LINES = 20_000
-_HEAD = 64  # bytes of the first line kept to recognise the log file (see _State.head)
 _CONSUMER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -93,20 +89,6 @@ class Outcome:
     receipt: str
     result: str
     name: str = ""
-
-
-@dataclass
-class _Open:
-    """A message delivered at least once and not finished (acked or dead-lettered)."""
-
-    name: str
-    token: str = ""  # the current delivery; "" while it waits (requeued or expired)
-    deliveries: int = 0
-    lease_until: float = 0.0
-    available_at: float = 0.0  # a requeue's delay
-    behind: str = ""  # requeued: deliverable once the frontier passed this name
-    expires_at: float | None = None  # a requeue's new TTL; else the message's own
-    consumer: str = "-"
 
 
 @dataclass
@@ -142,32 +124,6 @@ class _Stale:
     @property
     def worth_it(self) -> bool:
         return bool(self.waiting or self.acks or self.lines)
-
-
-@dataclass
-class _State:
-    frontier: str = ""  # the highest name ever delivered: everything after is new
-    open: dict[str, _Open] = field(default_factory=dict)
-    acked: int = 0
-    redelivered: int = 0
-    dead: int = 0
-    # settled receipts -> how: "A" acked, "Q" requeued, "X" dead-lettered
-    recent: OrderedDict[str, str] = field(default_factory=OrderedDict)
-    ino: int = 0
-    offset: int = 0
-    lines: int = 0
-    # The log's first line as read: with ``ino`` it tells this file from a later one
-    # that got the same inode number (a log rewritten or deleted and made anew).
-    head: bytes = b""
-
-    def reset(self, ino: int = 0) -> None:
-        """Forget everything: the log is read again from its start."""
-        self.__init__(ino=ino)  # type: ignore[misc]
-
-    def remember(self, receipt: str, how: str = "A") -> None:
-        self.recent[receipt] = how
-        while len(self.recent) > RECENT_ACKS:
-            self.recent.popitem(last=False)
 
 
 def clean_group(raw: str | None) -> str:
@@ -233,7 +189,7 @@ class ConsumerGroups:
         self.max_deliveries = max_deliveries
         self.max_deliveries_for = max_deliveries_for
         self.clock = clock
-        self._states: dict[tuple[str, str], _State] = {}
+        self._states: dict[tuple[str, str], GroupState] = {}
         self._lanes: dict[tuple[str, str], Lane[Any, Any]] = {}
         self._mutex = threading.Lock()
 
@@ -248,7 +204,7 @@ class ConsumerGroups:
         directory = str(self.data_dir.queue_dir(clean_queue(queue)))
         consumer = consumer if _CONSUMER.fullmatch(consumer) else "-"
 
-        def lease_some(state: _State, writer: _LogWriter) -> list[Delivery]:
+        def lease_some(state: GroupState, writer: LogWriter) -> list[Delivery]:
             deliveries: list[Delivery] = []
             now = self.clock()
             for name, entry, expires_at in self._candidates(queue, state, now, count):
@@ -278,12 +234,12 @@ class ConsumerGroups:
         """Finish each receipt's message for the group. Repeating an ack that succeeded
         answers ``ok`` again (a retry after a lost reply)."""
 
-        def acks(state: _State, writer: _LogWriter) -> list[Outcome]:
-            def finish(receipt: str, name: str, token: str, entry: _Open) -> None:
+        def acks(state: GroupState, writer: LogWriter) -> list[Outcome]:
+            def finish(receipt: str, name: str, token: str, entry: OpenEntry) -> None:
                 del state.open[name]
                 state.acked += 1
                 state.remember(receipt, "A")
-                writer.line("A", name, token)
+                writer.acked(name, token)
 
             writer.must_sync = True
             return _settle(state, receipts, "A", finish)
@@ -302,25 +258,18 @@ class ConsumerGroups:
         """End the lease now; the message waits ``delay`` seconds and its turn behind the
         messages waiting now. ``ttl``: a new time to live from now (0: none)."""
 
-        def requeues(state: _State, writer: _LogWriter) -> list[Outcome]:
+        def requeues(state: GroupState, writer: LogWriter) -> list[Outcome]:
             now = self.clock()
             behind = self.queues.last_name(queue)  # the queue's end now: it waits behind it
 
-            def put_back(receipt: str, name: str, token: str, entry: _Open) -> None:
+            def put_back(receipt: str, name: str, token: str, entry: OpenEntry) -> None:
                 state.remember(receipt, "Q")
                 entry.token, entry.lease_until = "", 0.0
                 entry.available_at = now + max(0.0, delay)
                 entry.behind = behind
                 if ttl is not None:
                     entry.expires_at = now + ttl if ttl > 0 else None
-                writer.line(
-                    "Q",
-                    name,
-                    token,
-                    _ms(entry.available_at),
-                    behind or "-",
-                    _ms_or(entry.expires_at),
-                )
+                writer.requeued(entry, token)
 
             writer.must_sync = True
             return _settle(state, receipts, "Q", put_back)
@@ -332,8 +281,8 @@ class ConsumerGroups:
     ) -> list[Outcome]:
         """Move each receipt's message out of the group's way into its dead letters."""
 
-        def buries(state: _State, writer: _LogWriter) -> list[Outcome]:
-            def bury(receipt: str, name: str, token: str, entry: _Open) -> None:
+        def buries(state: GroupState, writer: LogWriter) -> list[Outcome]:
+            def bury(receipt: str, name: str, token: str, entry: OpenEntry) -> None:
                 self._bury(queue, group, state, writer, name, reason, token)
 
             writer.must_sync = True
@@ -344,13 +293,13 @@ class ConsumerGroups:
     def extend(self, queue: str, group: str, receipt: str, lease: float) -> float:
         """Give the holder of ``receipt`` ``lease`` more seconds from now: long work."""
 
-        def extends(state: _State, writer: _LogWriter) -> float:
+        def extends(state: GroupState, writer: LogWriter) -> float:
             name, token = parse_receipt(receipt)
             entry = state.open.get(name)
             if entry is None or entry.token != token:
                 raise Fenced(f"Receipt no longer holds {name}: {_why_not(entry)}.")
             entry.lease_until = self.clock() + lease
-            writer.line("L", name, token, _ms(entry.lease_until))
+            writer.extended(name, token, entry.lease_until)
             writer.must_sync = True
             return entry.lease_until
 
@@ -401,7 +350,7 @@ class ConsumerGroups:
         queue, state = self._read_only(queue, group)
         return self._figures(queue, state)
 
-    def _figures(self, queue: str, state: _State) -> GroupStats:
+    def _figures(self, queue: str, state: GroupState) -> GroupStats:
         now = self.clock()
         leased = sum(1 for e in state.open.values() if e.token and e.lease_until > now)
         new = self.queues.count_after(queue, state.frontier)
@@ -418,13 +367,13 @@ class ConsumerGroups:
             oldest_unacked=oldest,
         )
 
-    def _read_only(self, queue: str, group: str) -> tuple[str, _State]:
+    def _read_only(self, queue: str, group: str) -> tuple[str, GroupState]:
         """The group's state read from its log now, lock-free and writing nothing."""
         queue, group = clean_queue(queue), clean_group(group)
         if not os.path.isdir(self.data_dir.queue_dir(queue)):
             raise QueueNotFound(f"Queue '{queue}' not found.")
-        state = _State()
-        _replay(str(self.data_dir.group_log_path(queue, group)), state, repair=False)
+        state = GroupState()
+        group_log.replay(str(self.data_dir.group_log_path(queue, group)), state, repair=False)
         return queue, state
 
     def groups_of(self, queue: str) -> list[str]:
@@ -475,10 +424,10 @@ class ConsumerGroups:
                 acks_dropped=len(plan.acks),
                 lines_dropped=plan.lines,
                 bytes_before=plan.size,
-                leftovers=_leftovers(path),
+                leftovers=group_log.leftovers(path),
             )
         with self._locked(queue, group, write=False) as (state, _):
-            leftovers = _leftovers(path)
+            leftovers = group_log.leftovers(path)
             for leftover, _size in leftovers:
                 os.unlink(leftover)
             plan = self._stale(queue, path, state)
@@ -489,7 +438,7 @@ class ConsumerGroups:
             for receipt in plan.acks:
                 del state.recent[receipt]
             lines_before = state.lines
-            _compact(path, state)  # on an error, _locked has the log read anew
+            group_log.compact(path, state)  # on an error, _locked has the log read anew
             log.info("%s/%s: group log compacted (%d lines dropped)", queue, group, plan.lines)
             return Tidied(
                 compacted=True,
@@ -516,11 +465,11 @@ class ConsumerGroups:
         if os.path.isdir(self.data_dir.queue_dir(queue)):
             return []
         if dry_run:
-            return _files_of(path)
+            return group_log.files_of(path)
         with FileLock(self.data_dir.group_lock_path(queue, group)):
             if os.path.isdir(self.data_dir.queue_dir(queue)):
                 return []
-            found = _files_of(path)
+            found = group_log.files_of(path)
             for name, _size in found:
                 os.unlink(name)
             with self._mutex:
@@ -532,7 +481,7 @@ class ConsumerGroups:
         (``core.admin.QueueAdmin.delete`` holds them with the queue lock, so no consumer can
         write between the queue's removal and its groups'); (path, bytes) deleted."""
         queue, group = clean_queue(queue), clean_group(group)
-        found = _files_of(str(self.data_dir.group_log_path(queue, group)))
+        found = group_log.files_of(str(self.data_dir.group_log_path(queue, group)))
         for name, _size in found:
             os.unlink(name)
         with self._mutex:
@@ -541,7 +490,7 @@ class ConsumerGroups:
 
     def drop_queue_dir(self, queue: str) -> bool:
         """Remove the empty state directory of a queue that no longer exists (True when
-        removed). A writer that loses the race makes it again (``_LogWriter.flush``)."""
+        removed). A writer that loses the race makes it again (``LogWriter.flush``)."""
         queue = clean_queue(queue)
         if os.path.isdir(self.data_dir.queue_dir(queue)):
             return False
@@ -555,7 +504,7 @@ class ConsumerGroups:
             raise
         return True
 
-    def _stale(self, queue: str, path: str, state: _State) -> _Stale:
+    def _stale(self, queue: str, path: str, state: GroupState) -> _Stale:
         """What of the log (read up to ``state.offset``) concerns only gone messages."""
         directory = self.data_dir.queue_dir(queue)
         gone: dict[str, bool] = {}
@@ -571,27 +520,21 @@ class ConsumerGroups:
         waiting = [n for n, e in state.open.items() if not e.token and is_gone(n)]
         acks = [r for r in state.recent if is_gone(r.partition(":")[0])]
         still_open = state.open.keys() - set(waiting)
-        lines = 0
-        size = 0
+        lines = sum(
+            1
+            for name in group_log.names_per_line(path, state.offset)
+            if name not in still_open and is_gone(name)
+        )
         try:
-            with open(path, "rb") as file:
-                data = file.read(state.offset)
             size = os.stat(path).st_size
         except FileNotFoundError:
-            data = b""
-        for raw in data.split(b"\n")[:-1]:
-            fields = raw.decode("ascii", "replace").split(" ")
-            if len(fields) < 3 or fields[0] == "S":
-                continue
-            name = fields[1].partition(":")[0] if fields[0] == "K" else fields[1]
-            if name not in still_open and is_gone(name):
-                lines += 1
+            size = 0
         return _Stale(waiting, acks, lines, size)
 
     # --- choosing and leasing ----------------------------------------------------------------
     def _candidates(
-        self, queue: str, state: _State, now: float, count: int
-    ) -> Iterator[tuple[str, _Open | None, float | None]]:
+        self, queue: str, state: GroupState, now: float, count: int
+    ) -> Iterator[tuple[str, OpenEntry | None, float | None]]:
         """Messages that may be delivered now, in the order they should be, with their
         expiry: expired leases (redeliveries), then new messages, then requeued ones
         once the messages that were waiting when they were requeued have gone."""
@@ -623,10 +566,10 @@ class ConsumerGroups:
         queue: str,
         group: str,
         directory: str,
-        state: _State,
-        writer: _LogWriter,
+        state: GroupState,
+        writer: LogWriter,
         name: str,
-        entry: _Open | None,
+        entry: OpenEntry | None,
         expires_at: float | None,
         now: float,
         lease: float,
@@ -636,7 +579,7 @@ class ConsumerGroups:
         if entry is None:
             if name <= state.frontier:
                 return None  # delivered before, and finished
-            entry = state.open[name] = _Open(name, expires_at=expires_at)
+            entry = state.open[name] = OpenEntry(name, expires_at=expires_at)
             state.frontier = name
         if expires_at is not None and expires_at <= now:
             self._bury(queue, group, state, writer, name, "ttl")
@@ -649,7 +592,7 @@ class ConsumerGroups:
         except (FileNotFoundError, ValueError):  # deleted by retention meanwhile (or a
             # record a power loss zeroed, as QueueStore._open_after): nothing to deliver
             del state.open[name]
-            writer.line("G", name)
+            writer.gone(name)
             return None
         if entry.deliveries:
             state.redelivered += 1
@@ -657,15 +600,7 @@ class ConsumerGroups:
         entry.token = secrets.token_hex(16)
         entry.lease_until = now + lease
         entry.available_at, entry.behind, entry.consumer = 0.0, "", consumer
-        writer.line(
-            "D",
-            name,
-            entry.token,
-            _ms(entry.lease_until),
-            str(entry.deliveries),
-            _ms_or(expires_at),
-            consumer,
-        )
+        writer.delivered(entry, expires_at)
         return Delivery(
             name=name,
             receipt=f"{name}:{entry.token}",
@@ -680,8 +615,8 @@ class ConsumerGroups:
         self,
         queue: str,
         group: str,
-        state: _State,
-        writer: _LogWriter,
+        state: GroupState,
+        writer: LogWriter,
         name: str,
         reason: str,
         token: str = "",
@@ -698,7 +633,7 @@ class ConsumerGroups:
             except FileNotFoundError:
                 upload.discard()
                 state.open.pop(name, None)
-                writer.line("G", name)
+                writer.gone(name)
                 return
             retention = parse_name(name).retention_days
             self.queues.publish_many(target, [Outgoing(upload, retention)])
@@ -708,17 +643,15 @@ class ConsumerGroups:
         state.dead += 1
         if token:  # a consumer's dead letter: a retry of it answers ok
             state.remember(f"{name}:{token}", "X")
-            writer.line("X", name, reason, token)
-        else:
-            writer.line("X", name, reason)
+        writer.dead_lettered(name, reason, token)
         writer.must_sync = True
         log.info("%s/%s: %s dead-lettered into %s (%s)", queue, group, name, target, reason)
 
-    # --- the log --------------------------------------------------------------------------------
+    # --- the lock and the log ----------------------------------------------------------------
     @contextmanager
     def _locked(
         self, queue: str, group: str, *, write: bool = True
-    ) -> Iterator[tuple[_State, _LogWriter]]:
+    ) -> Iterator[tuple[GroupState, LogWriter]]:
         queue, group = clean_queue(queue), clean_group(group)
         if not os.path.isdir(self.data_dir.queue_dir(queue)):
             raise QueueNotFound(f"Queue '{queue}' not found.")
@@ -726,17 +659,16 @@ class ConsumerGroups:
         with FileLock(self.data_dir.group_lock_path(queue, group)):
             key = (queue, group)
             with self._mutex:
-                state = self._states.setdefault(key, _State())
-            writer = _LogWriter(path, write)
+                state = self._states.setdefault(key, GroupState())
+            writer = LogWriter(path, write)
             try:
-                _replay(path, state)
+                group_log.replay(path, state)
                 yield state, writer
                 writer.flush(sync=writer.must_sync)
                 state.offset += writer.bytes
                 state.lines += writer.written
-                snapshot = 1 + len(state.open) + len(state.recent)
-                if state.lines > max(COMPACT_AFTER_LINES, 2 * snapshot):
-                    _compact(path, state)
+                if group_log.grown_past(state):
+                    group_log.compact(path, state)
             except BaseException as exc:
                 # Read it all again next time: what reached the file is unsure, and the
                 # state may hold changes whose lines were never written.
@@ -748,188 +680,14 @@ class ConsumerGroups:
                 writer.close()
 
 
-_Operation = Callable[["_State", "_LogWriter"], R]  # one operation on a group's state
-
-
-class _LogWriter:
-    """Lines of one operation, written together at the end (one write, one flush)."""
-
-    def __init__(self, path: str, enabled: bool) -> None:
-        self.path, self.enabled = path, enabled
-        self.pending: list[str] = []
-        self.written = 0
-        self.bytes = 0
-        self.must_sync = False
-
-    def line(self, *fields: str) -> None:
-        text = " ".join(fields)
-        self.pending.append(f"{text} {zlib.crc32(text.encode()):08x}\n")
-
-    def flush(self, *, sync: bool) -> None:
-        if not self.pending or not self.enabled:
-            return
-        data = "".join(self.pending).encode("ascii")
-        self.pending.clear()
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-        for attempt in range(3):
-            ensure_dir(os.path.dirname(self.path))
-            try:
-                fd = os.open(self.path, flags, 0o644)
-                break
-            except FileNotFoundError:  # a cleaner removed the empty directory meanwhile
-                if attempt == 2:
-                    raise
-        try:
-            os.write(fd, data)
-            if sync:
-                os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        self.written += data.count(b"\n")
-        self.bytes += len(data)
-
-    def close(self) -> None:
-        self.pending.clear()
-
-
-def _replay(path: str, state: _State, *, repair: bool = True) -> None:
-    """Bring ``state`` up to the end of the log (group lock held). ``repair=False``
-    (an observer without the lock): a torn or unfinished last line is left as it is."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        state.reset()
-        return
-    try:
-        stat = os.fstat(fd)
-        if (
-            stat.st_ino != state.ino
-            or stat.st_size < state.offset
-            or (state.offset and os.pread(fd, len(state.head), 0) != state.head)
-        ):
-            state.reset(stat.st_ino)
-        data = b""
-        while chunk := os.pread(fd, 1 << 20, state.offset + len(data)):
-            data += chunk
-    finally:
-        os.close(fd)
-    good = 0
-    for raw in data.split(b"\n")[:-1]:
-        text, _, crc = raw.decode("ascii", "replace").rpartition(" ")
-        if not text or crc != f"{zlib.crc32(text.encode()):08x}":
-            log.warning("%s: a torn line at %d; the rest is ignored", path, state.offset + good)
-            break
-        _apply(state, text.split(" "))
-        if not state.offset and not good:
-            state.head = raw[:_HEAD]
-        good += len(raw) + 1
-        state.lines += 1
-    state.offset += good
-    if good != len(data) and repair:  # cut the torn tail, so the next line starts clean
-        os.truncate(path, state.offset)
-
-
-def _apply(state: _State, fields: list[str]) -> None:
-    op, name = fields[0], fields[1] if len(fields) > 1 else ""
-    if op == "D":
-        token, lease_ms, count, expires = fields[2], fields[3], fields[4], fields[5]
-        entry = state.open.setdefault(name, _Open(name))
-        if entry.deliveries and int(count) > entry.deliveries:
-            state.redelivered += 1
-        entry.token, entry.lease_until, entry.deliveries = token, int(lease_ms) / 1000, int(count)
-        entry.available_at, entry.behind = 0.0, ""
-        entry.expires_at = None if expires == "-" else int(expires) / 1000
-        entry.consumer = fields[6] if len(fields) > 6 else "-"
-        state.frontier = max(state.frontier, name)
-    elif op == "A":
-        state.open.pop(name, None)
-        state.acked += 1
-        state.remember(f"{name}:{fields[2]}", "A")
-    elif op == "Q":
-        entry = state.open.setdefault(name, _Open(name))
-        state.remember(f"{name}:{fields[2]}", "Q")
-        entry.token, entry.lease_until = "", 0.0
-        entry.available_at = int(fields[3]) / 1000
-        entry.behind = "" if fields[4] == "-" else fields[4]
-        entry.expires_at = None if fields[5] == "-" else int(fields[5]) / 1000
-    elif op == "X":
-        state.open.pop(name, None)
-        state.dead += 1
-        if len(fields) > 3:
-            state.remember(f"{name}:{fields[3]}", "X")
-    elif op == "G":
-        state.open.pop(name, None)
-    elif op == "L":
-        leased = state.open.get(name)
-        if leased is not None and leased.token == fields[2]:
-            leased.lease_until = int(fields[3]) / 1000
-    elif op == "S":
-        state.frontier = "" if name == "-" else name
-        state.acked, state.redelivered, state.dead = int(fields[2]), int(fields[3]), int(fields[4])
-    elif op == "O":
-        state.open[name] = _Open(
-            name=name,
-            token="" if fields[2] == "-" else fields[2],
-            deliveries=int(fields[3]),
-            lease_until=int(fields[4]) / 1000,
-            available_at=int(fields[5]) / 1000,
-            behind="" if fields[6] == "-" else fields[6],
-            expires_at=None if fields[7] == "-" else int(fields[7]) / 1000,
-        )
-    elif op == "K":  # "K receipt [how]": older logs remembered acks only
-        state.remember(name, fields[2] if len(fields) > 2 else "A")
-
-
-def _compact(path: str, state: _State) -> None:
-    """Rewrite the log as the state it describes (group lock held), so it stays small."""
-    lines = [
-        f"S {state.frontier or '-'} {state.acked} {state.redelivered} {state.dead}",
-        *(
-            f"O {e.name} {e.token or '-'} {e.deliveries} {_ms(e.lease_until)} "
-            f"{_ms(e.available_at)} {e.behind or '-'} {_ms_or(e.expires_at)}"
-            for e in state.open.values()
-        ),
-        *(f"K {receipt} {how}" for receipt, how in state.recent.items()),
-    ]
-    data = "".join(f"{t} {zlib.crc32(t.encode()):08x}\n" for t in lines).encode("ascii")
-    atomic_write(Path(path), data)
-    state.ino, state.offset, state.lines = os.stat(path).st_ino, len(data), len(lines)
-    state.head = data[: min(data.index(b"\n"), _HEAD)]
-
-
-def _leftovers(path: str) -> list[tuple[str, int]]:
-    """(path, bytes) of what crashed rewrites of the log at ``path`` left beside it."""
-    directory, base = os.path.split(path)
-    prefix = f"{LEFTOVER_PREFIX}{base}."
-    found = []
-    try:
-        entries = os.scandir(directory)
-    except FileNotFoundError:
-        return []
-    with entries:
-        for entry in entries:
-            if entry.name.startswith(prefix) and entry.name.endswith(LEFTOVER_SUFFIX):
-                try:
-                    found.append((entry.path, entry.stat(follow_symlinks=False).st_size))
-                except FileNotFoundError:
-                    continue
-    return found
-
-
-def _files_of(path: str) -> list[tuple[str, int]]:
-    """The log at ``path`` and its leftovers, as (path, bytes)."""
-    try:
-        files = [(path, os.lstat(path).st_size)]
-    except FileNotFoundError:
-        files = []
-    return files + _leftovers(path)
+_Operation = Callable[["GroupState", "LogWriter"], R]  # one operation on a group's state
 
 
 def _settle(
-    state: _State,
+    state: GroupState,
     receipts: Sequence[str],
     how: str,
-    apply: Callable[[str, str, str, _Open], None],
+    apply: Callable[[str, str, str, OpenEntry], None],
 ) -> list[Outcome]:
     """Each receipt's outcome; ``apply(receipt, name, token, entry)`` settles (as ``how``:
     "A", "Q" or "X") those that hold their message's current delivery. Every receipt is
@@ -945,7 +703,9 @@ def _settle(
     return outcomes
 
 
-def _not_held(state: _State, receipt: str, name: str, entry: _Open | None, how: str) -> Outcome:
+def _not_held(
+    state: GroupState, receipt: str, name: str, entry: OpenEntry | None, how: str
+) -> Outcome:
     """The outcome for a receipt that holds no lease: ``ok`` when it is a retry of the
     same settlement (its reply was lost), else why not."""
     if state.recent.get(receipt) == how:
@@ -953,15 +713,7 @@ def _not_held(state: _State, receipt: str, name: str, entry: _Open | None, how: 
     return Outcome(receipt, _why_not(entry), name)
 
 
-def _why_not(entry: _Open | None) -> str:
+def _why_not(entry: OpenEntry | None) -> str:
     if entry is None:
         return "unknown"  # acked or dead-lettered already, or never delivered
     return "fenced"  # requeued, or leased again to someone else
-
-
-def _ms(seconds: float) -> str:
-    return str(int(seconds * 1000))
-
-
-def _ms_or(seconds: float | None) -> str:
-    return "-" if seconds is None else _ms(seconds)

@@ -118,7 +118,7 @@ class DataDir:
         return self.indexes / f"{queue}{TTL_SUFFIX}"
 
     def usage_path(self, queue: str) -> Path:
-        """A queue's cached message count and bytes, for its policy limits (core.policy)."""
+        """A queue's cached message count and bytes, for its policy limits (core.limits)."""
         return self.indexes / f"{queue}{USAGE_SUFFIX}"
 
     @property

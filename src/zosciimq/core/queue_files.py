@@ -117,7 +117,7 @@ class QueueFiles:
         # and the tail need not be read back to know it is sound (QueueStore._recover).
         self.own_commit: tuple[int, int, int, int] | None = None
         self.ttl_path = str(data_dir.ttl_path(name))
-        self.usage_path = str(data_dir.usage_path(name))  # policy counts (core.policy)
+        self.usage_path = str(data_dir.usage_path(name))  # policy counts (core.limits)
         self.expiries = ExpiryTable(self.ttl_path)
         self.listed: idx.ListedIndex | None = None  # read-only volumes, see QueueStore
         self.lane: Lane[Any, Any] = Lane()  # this process's publishers (core.group_commit)

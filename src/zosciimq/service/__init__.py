@@ -1,7 +1,7 @@
 """What every ZOSCII MQ service shares at its edges: one way to log, one way to fail on a
 bad setting, one way to start and stop, and the operations HTTP port.
 
-The four services import this; nothing here knows the data directory's format (that is
+Every service imports this; nothing here knows the data directory's format (that is
 ``zosciimq.core``) or any one service's business.
 """
 
