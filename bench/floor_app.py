@@ -18,7 +18,9 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-ENVELOPE = b'{"system":"ZOSCII MQ","version":"1.0","error":"","message":"ok","result":[]}\n'
+from zosciimq.protocol import envelope_bytes
+
+ENVELOPE = envelope_bytes("", "ok", [])
 HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(ENVELOPE)))]
 
 app = Flask(__name__)

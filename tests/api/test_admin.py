@@ -15,9 +15,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.support.api_app import body, drain, make_client
-from zoscii_api.auth import AccessControl, parse_clients
 from zoscii_api.settings import ApiSettings
-from zosciimq.access import load_access_control, operator_client
+from zosciimq.access import AccessControl, load_access_control, operator_client, parse_clients
 from zosciimq.core import parse_name
 from zosciimq.settings import SettingsError
 

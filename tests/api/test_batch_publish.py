@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from tests.support.api_app import body, drain, make_client
+from zosciimq.protocol import FRAME_END, FRAMED_BATCH
 
 BINARY = bytes(range(256)) * 3 + b"\r\n--not-a-boundary\r\n"
 
@@ -157,7 +158,7 @@ def test_without_batch_a_repeated_msg_is_one_message_as_in_the_original(client) 
 
 # --- the framed body (application/vnd.zoscii.batch) ------------------------------------
 
-FRAMED = "application/vnd.zoscii.batch"
+FRAMED = FRAMED_BATCH
 
 
 def framed(parts: list[tuple[bytes, str]]) -> bytes:
@@ -165,7 +166,7 @@ def framed(parts: list[tuple[bytes, str]]) -> bytes:
     out = b""
     for data, options in parts:
         out += f"{len(data)}{' ' + options if options else ''}\n".encode() + data
-    return out + b"end\n"
+    return out + FRAME_END
 
 
 def post_framed(client, queue: str, data: bytes, query: str = ""):

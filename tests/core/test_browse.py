@@ -16,8 +16,8 @@ import pytest
 from tests.core.conftest import FakeClock
 from zosciimq.core import DataDir, QueueStore, browse
 from zosciimq.core import index as idx
-from zosciimq.core.errors import InvalidInput, MessageNotFound, QueueNotFound
 from zosciimq.core.names import new_name
+from zosciimq.errors import InvalidInput, MessageNotFound, QueueNotFound
 
 Publish = Callable[..., str]
 

@@ -297,17 +297,6 @@ def test_the_group_is_configurable_globally_and_per_queue(tmp_path: Path) -> Non
     assert process.dead_letters("plain", "php-clients") == [b"p"]
 
 
-# --- the shared access control --------------------------------------------------------------
-def test_the_api_auth_module_re_exports_the_shared_one() -> None:
-    import zoscii_api.auth as shim
-    import zosciimq.access as access
-
-    assert shim.__all__ == access.__all__
-    for name in access.__all__:
-        assert getattr(shim, name) is getattr(access, name), name
-    assert {"AccessControl", "Client", "parse_clients", "load_access_control"} <= set(shim.__all__)
-
-
 # --- the package and the deployment -----------------------------------------------------------
 def test_the_package_is_installed_from_the_checkout() -> None:
     import zoscii_phpmq

@@ -28,13 +28,13 @@ from werkzeug.wrappers import Request
 from zoscii_api.actions import Actions
 from zoscii_api.admin import AdminGate
 from zoscii_api.audit import Audit, queue_label
-from zoscii_api.auth import ADMIN_ACTIONS, GROUP_ACTIONS, Client
 from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.params import BATCH_BODY, RequestParams, query_fields, query_params, read_params
+from zoscii_api.params import RequestParams, query_fields, query_params, read_params
 from zoscii_api.responses import Answer, Reply, envelope
 from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
 from zoscii_api.waiting import WAITED
+from zosciimq.access import ADMIN_ACTIONS, GROUP_ACTIONS, Client
 from zosciimq.addresses import DirectPeers, attached_networks
 from zosciimq.core import DataDir, Upload
 from zosciimq.core.groups import clean_group
@@ -48,6 +48,7 @@ from zosciimq.errors import (
     WrongMethod,
     ZosciiError,
 )
+from zosciimq.protocol import FRAMED_BATCH as BATCH_BODY
 from zosciimq.ratelimit import Admission
 
 log = logging.getLogger("zoscii.api")

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoscii_api.auth import AccessControl
+from zosciimq.access import AccessControl
 from zosciimq.addresses import is_host_name, parse_network
 from zosciimq.core.policy import PolicySource
 from zosciimq.cors import parse_origins

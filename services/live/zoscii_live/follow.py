@@ -48,8 +48,8 @@ from typing import Any, TypeVar
 from zoscii_live.metrics import LiveMetrics
 from zoscii_live.settings import LiveSettings
 from zosciimq.core import QueueStore
-from zosciimq.core.errors import QueueNotFound
 from zosciimq.core.watch import Changes, Unavailable, local_notifications
+from zosciimq.errors import QueueNotFound
 
 log = logging.getLogger("zoscii_live.follow")
 

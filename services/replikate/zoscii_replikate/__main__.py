@@ -23,7 +23,7 @@ from zoscii_replikate import pointer
 from zoscii_replikate.service import Service
 from zoscii_replikate.settings import CONFIG_VAR, Settings
 from zosciimq.core import DataDir
-from zosciimq.core.errors import InvalidInput
+from zosciimq.errors import InvalidInput
 from zosciimq.service import (
     EXIT_CONFIG,
     EXIT_FAILED,

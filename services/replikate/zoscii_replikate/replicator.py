@@ -53,10 +53,10 @@ from zosciimq.client import ReplyInfo, TransportOptions, TruncatedReply, ZosciiC
 from zosciimq.client.errors import ZosciiClientError
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload, parse_name
 from zosciimq.core.clock import Clock, utc_now
-from zosciimq.core.errors import InvalidInput, StorageFull, TooLarge, ZosciiError
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.states import read_pointer, write_pointer
 from zosciimq.core.upload import remove_uploads, sync_uploads
+from zosciimq.errors import InvalidInput, StorageFull, TooLarge, ZosciiError
 
 log = logging.getLogger("zoscii.replikate")
 

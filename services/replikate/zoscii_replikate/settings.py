@@ -32,8 +32,8 @@ from typing import Any
 
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.core import DataDir
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import clean_queue
+from zosciimq.errors import InvalidInput
 from zosciimq.service.config import read_service_env
 from zosciimq.service.logs import LEVELS, log_settings
 from zosciimq.settings import (

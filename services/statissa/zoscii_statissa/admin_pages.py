@@ -35,8 +35,8 @@ from zoscii_statissa.forms import FormTokens, credential, cross_site
 from zoscii_statissa.relay import ApiRelay, Caller, RelayError
 from zoscii_statissa.report import environment
 from zosciimq.core.admin import parse_utc
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import is_message_name
+from zosciimq.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MessageName, parse_name, stamp_datetime
 from zosciimq.core.store import fanout_roots
 from zosciimq.core.walk import MESSAGE_SUFFIX, STORE_DEPTH
+from zosciimq.errors import InvalidInput
 
 HOURS = 24
 DAY_SECONDS = 86_400

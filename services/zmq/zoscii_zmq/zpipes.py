@@ -42,9 +42,8 @@ from zoscii_zmq.pipes import Cursor, Pipe, Position, pipe_queue
 from zoscii_zmq.settings import Settings
 from zoscii_zmq.storage import Storage
 from zosciimq.access import Client
-from zosciimq.core.errors import QueueNotFound
 from zosciimq.core.pipes import PipeFile, PipeRecord
-from zosciimq.errors import Forbidden, ZosciiError
+from zosciimq.errors import Forbidden, QueueNotFound, ZosciiError
 
 log = logging.getLogger("zoscii_zmq.zpipes")
 

@@ -50,13 +50,13 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 from zosciimq.client.errors import NotZosciiReply
 from zosciimq.client.payload import MessageSource, Payload
 from zosciimq.client.replies import Envelope, Published
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import parse_name
+from zosciimq.errors import InvalidInput
+from zosciimq.protocol import FRAME_END, FRAMED_BATCH, NONCE, RETENTION, frame_head
 
 if TYPE_CHECKING:
     from zosciimq.client.client import ZosciiClient
@@ -87,7 +87,6 @@ class BatchItem:
     retention_days: int | None = None
 
 
-FRAMED_BATCH = "application/vnd.zoscii.batch"
 # How an api that reads no framed body refuses one (400, before writing anything).
 MULTIPART_ONLY = "A batch is a multipart/form-data body of 'msg' parts."
 
@@ -185,7 +184,7 @@ class MultipartBody(BatchBody):
     api reads. The boundary is 128 random bits, so it does not occur in the messages
     (the server finds parts by it)."""
 
-    HEADERS = {"nonce": "X-ZOSCII-Nonce", "retention": "X-ZOSCII-Retention"}
+    HEADERS = {"nonce": NONCE, "retention": RETENTION}
 
     def _frame(self, parts: Sequence[tuple[Payload, Mapping[str, str]]]) -> None:
         self.boundary = f"zoscii-{uuid.uuid4().hex}"
@@ -207,20 +206,18 @@ class MultipartBody(BatchBody):
 
 
 class FramedBody(BatchBody):
-    """``application/vnd.zoscii.batch``: ``<length>[ n=..&r=..]\\n`` before each message
-    and ``end\\n`` after the last, which the api reads with a few C calls a message."""
+    """``application/vnd.zoscii.batch`` (``zosciimq.protocol``, beside the api's
+    decoder): a line before each message and ``end`` after the last, which the api reads
+    with a few C calls a message."""
 
-    KEYS = {"nonce": "n", "retention": "r"}
     content_type = FRAMED_BATCH
 
     def _frame(self, parts: Sequence[tuple[Payload, Mapping[str, str]]]) -> None:
+        headers = MultipartBody.HEADERS
         for payload, options in parts:
-            head = str(payload.size)
-            if options:
-                head += " " + urlencode({self.KEYS[k]: v for k, v in options.items()})
-            self._add(f"{head}\n".encode("ascii"))
+            self._add(frame_head(payload.size, {headers[k]: v for k, v in options.items()}))
             self._add(payload)
-        self._add(b"end\n")
+        self._add(FRAME_END)
 
 
 def _read_payload(payload: Payload, offset: int, size: int) -> bytes:

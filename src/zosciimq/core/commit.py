@@ -36,7 +36,6 @@ from zosciimq.core import policy
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
 from zosciimq.core.clock import Clock
 from zosciimq.core.durable import unlink_quietly
-from zosciimq.core.errors import TryAgain
 from zosciimq.core.group_commit import Submission
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MAX_COUNTER, format_stamp, new_guid
@@ -46,6 +45,7 @@ from zosciimq.core.queue_files import QueueFiles
 from zosciimq.core.recovery import QueueRecovery, Sound
 from zosciimq.core.upload import INLINE_BYTES, sync_uploads
 from zosciimq.core.wal import Entry, LogCorrupt, LogHeader, Record, WriteAheadLog
+from zosciimq.errors import TryAgain
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from zosciimq.core.durable import atomic_write, ensure_dir, raise_if_full
-from zosciimq.core.errors import InvalidInput, QueueNotFound
 from zosciimq.core.group_commit import Lane, Submission
 from zosciimq.core.layout import GROUP_SUFFIX, LEFTOVER_PREFIX, LEFTOVER_SUFFIX, DataDir
 from zosciimq.core.locking import FileLock
@@ -57,7 +56,7 @@ from zosciimq.core.names import (
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.queues import QueueStore
 from zosciimq.core.upload import Upload
-from zosciimq.errors import Fenced, ZosciiError
+from zosciimq.errors import Fenced, InvalidInput, QueueNotFound, ZosciiError
 
 log = logging.getLogger("zosciimq.core.groups")
 

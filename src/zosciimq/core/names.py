@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
-from zosciimq.core.errors import InvalidInput
+from zosciimq.errors import InvalidInput
 
 NAME_LENGTH = 64  # a queue message's name; store names may carry "-u" and ".bin" more
 MAX_NAME_LENGTH = NAME_LENGTH + len(".bin-u")

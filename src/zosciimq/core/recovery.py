@@ -36,7 +36,6 @@ from zosciimq.core import index as idx
 from zosciimq.core import wal as walfile
 from zosciimq.core import walk
 from zosciimq.core.durable import unlink_quietly
-from zosciimq.core.errors import InvalidInput, QueueNotFound
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import is_message_name, is_queue_name, parse_name
 from zosciimq.core.nonces import Nonces
@@ -51,6 +50,7 @@ from zosciimq.core.wal import (
     WriteAheadLog,
     read_header,
 )
+from zosciimq.errors import InvalidInput, QueueNotFound
 
 log = logging.getLogger(__name__)
 

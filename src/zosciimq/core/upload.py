@@ -20,8 +20,8 @@ from types import TracebackType
 
 from zosciimq.core import walk
 from zosciimq.core.durable import fsync_dir, raise_if_full, sync_files, unlink_quietly
-from zosciimq.core.errors import TooLarge
 from zosciimq.core.layout import DataDir
+from zosciimq.errors import TooLarge
 
 TEMP_SUFFIX = ".part"
 INLINE_BYTES = 64 << 10
