@@ -54,7 +54,7 @@ from bench.harness import percentile
 from bench.report import Row
 from zosciimq.protocol import LAST
 
-log = logging.getLogger("bench.fanout")
+log = logging.getLogger(__name__)
 
 KINDS = ("longpoll", "sse", "websocket")
 WAIT = LongPollReader.wait

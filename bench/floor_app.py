@@ -8,7 +8,7 @@ own; what they cost is gunicorn and the loopback, plus Flask for ``app``:
   Flask; the floor of anything routed through Flask;
 * ``raw_app``: a bare WSGI callable, the floor of any Python app under this server.
 
-    gunicorn --worker-class zoscii_api.worker.ThreadWorker ... 'bench.floor_app:raw_app'
+    gunicorn --worker-class zoscii_api.gunicorn_worker.ThreadWorker ... 'bench.floor_app:raw_app'
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ from bench.report import ORIGINAL, Comparison, Goal, Sample
 from zosciimq.core.layout import DataDir
 from zosciimq.protocol import FRAME_END, FRAMED_BATCH, frame_head
 
-log = logging.getLogger("bench.versus")
+log = logging.getLogger(__name__)
 
 FORM = "application/x-www-form-urlencoded"
 BOUNDARY = "zoscii-bench-boundary-7f3a9c"

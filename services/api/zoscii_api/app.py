@@ -32,7 +32,7 @@ from zosciimq.core.restart import recover_at_start
 from zosciimq.errors import VolumeUnavailable, ZosciiError
 from zosciimq.ratelimit import Admission
 
-log = logging.getLogger("zoscii.api")
+log = logging.getLogger(__name__)
 
 
 def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -> Flask:

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any
 
-log = logging.getLogger("zoscii.api.waiting")
+log = logging.getLogger(__name__)
 
 WAITED = "zoscii.waited"  # environ: seconds a request spent waiting in long polls
 

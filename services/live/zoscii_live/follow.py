@@ -51,7 +51,7 @@ from zosciimq.core import QueueStore
 from zosciimq.core.watch import Changes, Unavailable, local_notifications
 from zosciimq.errors import QueueNotFound
 
-log = logging.getLogger("zoscii_live.follow")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ROUND_MESSAGES = 1000  # names one round reads at most (it goes on at once if there are more)

@@ -35,7 +35,7 @@ from zosciimq.core.groups import ConsumerGroups, Delivery
 from zosciimq.errors import RangeNotSatisfiable, ZosciiError
 from zosciimq.protocol import delivery_headers
 
-log = logging.getLogger("zoscii_live.waiting")
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
 MAX_ANSWERS = 1024  # answers a follower keeps for readers behind its cursor

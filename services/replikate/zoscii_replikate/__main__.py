@@ -37,7 +37,7 @@ from zosciimq.settings import SettingsError
 
 EXIT_BUSY = 3  # pointer reset while the job runs somewhere
 
-log = logging.getLogger("zoscii.replikate")
+log = logging.getLogger(__package__)  # run with -m, where __name__ is "__main__"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -58,7 +58,7 @@ from zosciimq.core.states import read_pointer, write_pointer
 from zosciimq.core.upload import remove_uploads, sync_uploads
 from zosciimq.errors import InvalidInput, StorageFull, TooLarge, ZosciiError
 
-log = logging.getLogger("zoscii.replikate")
+log = logging.getLogger(__name__)
 
 WAIT_SLICE_SECONDS = 5  # one long-poll at most: a stop takes effect within this
 WAIT_MARGIN_SECONDS = 1.0  # the waiting ends this long before the next scheduled run

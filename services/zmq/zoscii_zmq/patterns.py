@@ -45,7 +45,7 @@ from zosciimq.access import Client
 from zosciimq.core.names import clean_pointer, clean_queue
 from zosciimq.errors import Forbidden, InvalidInput, QueueNotFound, Unauthenticated, ZosciiError
 
-log = logging.getLogger("zoscii_zmq.patterns")
+log = logging.getLogger(__name__)
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 BEARER = b"Bearer "

@@ -45,7 +45,7 @@ from zosciimq.access import Client
 from zosciimq.core.pipes import PipeFile, PipeRecord
 from zosciimq.errors import Forbidden, QueueNotFound, ZosciiError
 
-log = logging.getLogger("zoscii_zmq.zpipes")
+log = logging.getLogger(__name__)
 
 SEED_COMMANDS = {b"OPEN": 2, b"CLOSE": 2, b"READ": 2, b"WRITE": 3}
 WRITE_BATCH = 256  # pipelined WRITEs committed together at most

@@ -45,7 +45,6 @@ from typing import Any, Literal
 import requests
 import urllib3.exceptions
 
-from zosciimq.client.batch import BatchMessage, Spooler, is_batch, read_batch
 from zosciimq.client.consumer import Consumer
 from zosciimq.client.download import Download, DownloadResult, Progress
 from zosciimq.client.errors import (
@@ -58,6 +57,7 @@ from zosciimq.client.errors import (
     TruncatedReply,
     ZosciiClientError,
 )
+from zosciimq.client.fetch_batch import BatchMessage, Spooler, is_batch, read_batch
 from zosciimq.client.payload import MessageSource, Payload
 from zosciimq.client.pointers import PointerStore
 from zosciimq.client.publish_batch import (
@@ -91,7 +91,7 @@ from zosciimq.client.work import (
     receipts_of,
 )
 
-log = logging.getLogger("zosciimq.client")
+log = logging.getLogger(__name__)
 
 Mode = Literal["default", "original", "compat"]
 DEFAULT_STREAM_THRESHOLD = 1 << 20

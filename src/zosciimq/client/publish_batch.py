@@ -61,7 +61,7 @@ from zosciimq.protocol import FRAME_END, FRAMED_BATCH, NONCE, RETENTION, frame_h
 if TYPE_CHECKING:
     from zosciimq.client.client import ZosciiClient
 
-log = logging.getLogger("zosciimq.client")
+log = logging.getLogger(__name__)
 
 DEFAULT_PUBLISH_BATCH_SIZE = 100
 DEFAULT_PUBLISH_BATCH_BYTES = 64 << 20  # the api's default ZOSCII_MAX_BATCH_BYTES

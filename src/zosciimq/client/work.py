@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
 
-from zosciimq.client.batch import BatchMessage
 from zosciimq.client.errors import NotZosciiReply
+from zosciimq.client.fetch_batch import BatchMessage
 from zosciimq.core import groups
 from zosciimq.errors import InvalidInput
 from zosciimq.protocol import DELIVERIES, LEASE_UNTIL, RECEIPT, TTL

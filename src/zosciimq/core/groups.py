@@ -58,7 +58,7 @@ from zosciimq.core.queues import QueueStore
 from zosciimq.core.upload import Upload
 from zosciimq.errors import Fenced, InvalidInput, QueueNotFound, ZosciiError
 
-log = logging.getLogger("zosciimq.core.groups")
+log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 

@@ -58,7 +58,7 @@ from zosciimq.core.names import MAX_TOKEN_LENGTH
 from zosciimq.errors import QueueFull
 from zosciimq.settings import SettingsError
 
-log = logging.getLogger("zosciimq.core.policy")
+log = logging.getLogger(__name__)
 
 REFUSE = "refuse"
 DROP_OLDEST = "drop_oldest"
