@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.conftest import publish_many, uploads_of
 from tests.support.publisher import payload
-from tests.support.queues import queue_contents, wal_records
+from tests.support.queues import publish_many, queue_contents, uploads_of, wal_records
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core import commit as commit_module
 from zosciimq.core import index as idx

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.core.conftest import publish_many
 from tests.support.publisher import payload
+from tests.support.queues import publish_many
 from zosciimq.core import DataDir, QueueStore, Upload, parse_name
 from zosciimq.core import index as idx
 from zosciimq.core.locking import FileLock

@@ -22,7 +22,9 @@ from zoscii_phpmq.settings import Settings
 
 import zosciimq
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess, clean_env, publish, queue_name
+from tests.support.phpmq_gateway import GatewayProcess, publish
+from tests.support.queues import queue_name
+from tests.support.service_env import clean_env
 from zosciimq.core import DataDir, QueueStore, Upload, parse_name
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.outgoing import Outgoing

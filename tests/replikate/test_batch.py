@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import make_job, make_replicator, metrics_text, publish_all
 from tests.replikate.fake_original import FakeOriginalServer
 from tests.support.publisher import publish_from_another_process
 from tests.support.queues import queue_contents, queue_name
+from tests.support.replikate_jobs import make_job, make_replicator, metrics_text, publish_all
 from zoscii_replikate.pointer import pointer_path
 from zoscii_replikate.replicator import Replicator, RunResult
 from zosciimq.core import DataDir, parse_name
