@@ -104,10 +104,6 @@ class Partial:
         )
 
 
-def merge_partials(a: Partial, b: Partial) -> Partial:
-    return a.merge(b)
-
-
 def merge_into(totals: dict[GroupKey, Partial], more: Iterable[tuple[GroupKey, Partial]]) -> None:
     """Fold (group, partial) pairs into ``totals``: aggregates only, one per group."""
     for key, partial in more:

@@ -132,14 +132,6 @@ def sync_uploads(uploads: Sequence[Upload], *, directory: str | None = None) -> 
         upload._synced = True
 
 
-def close_uploads(uploads: Sequence[Upload]) -> None:
-    """Close the uploads' files without flushing them: their content is in the log."""
-    for upload in uploads:
-        if upload._fd is not None:
-            os.close(upload._fd)
-            upload._fd = None
-
-
 def remove_uploads(data_dir: DataDir, prefix: str) -> int:
     """Remove the temp files named with ``prefix`` (whose owner is known to be gone or
     idle); how many were removed. Links and directories are left alone."""
