@@ -462,7 +462,7 @@ class Replicator:
                     max_bytes=self.job.batch_bytes,
                     wait=held,
                 )
-                support = self.client.batch_support
+                support = self.client.capabilities.batch_fetch
                 if support is not None:
                     self.metrics.batch_support.labels(self.job.name).set(int(support))
             else:

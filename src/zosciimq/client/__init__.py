@@ -24,6 +24,7 @@ has them (this project's api), falling back to single fetches against the origin
 publishes.
 """
 
+from zosciimq.client.capabilities import Capabilities
 from zosciimq.client.client import Message, Mode, ZosciiClient, new_nonce
 from zosciimq.client.consumer import Consumer
 from zosciimq.client.download import DownloadResult
@@ -75,6 +76,7 @@ __all__ = [
     "BadMessageName",
     "BatchItem",
     "BatchMessage",
+    "Capabilities",
     "Consumer",
     "DeadLetter",
     "DeadlineExceeded",
