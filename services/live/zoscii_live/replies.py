@@ -23,16 +23,7 @@ from http import HTTPStatus
 
 from websockets.frames import Close, Frame, Opcode
 
-from zosciimq.protocol import (
-    COUNT,
-    LAST,
-    OFFSET,
-    TOTAL_LENGTH,
-    attachment,
-    batch_closing,
-    batch_part_head,
-    envelope_bytes,
-)
+from zosciimq import protocol
 
 # Browsers reconnect an EventSource this long after it closed (SSE "retry").
 SSE_RETRY_MS = 1000
@@ -72,19 +63,19 @@ def prefix_of(status: int, headers: Mapping[str, str]) -> bytes:
 def envelope(*, error: str = "", message: str = "", result: object = None) -> bytes:
     if result is None and not error:
         return _plain_envelope(message)
-    return envelope_bytes(error, message, [] if result is None else result)
+    return protocol.envelope_bytes(error, message, [] if result is None else result)
 
 
 @functools.lru_cache(maxsize=64)
 def _plain_envelope(message: str) -> bytes:
-    return envelope_bytes("", message, [])
+    return protocol.envelope_bytes("", message, [])
 
 
 def message_headers(name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """A message as fetch answers it (the api's ``message_response``)."""
     return {
         "Content-Type": "application/octet-stream",
-        "Content-Disposition": attachment(name),
+        "Content-Disposition": protocol.attachment(name),
         "Accept-Ranges": "bytes",
         **(extra or {}),
     }
@@ -94,10 +85,10 @@ def partial_headers(name: str, offset: int, total: int) -> dict[str, str]:
     """An ``offset``/``length`` read of a message (the api's, without Accept-Ranges)."""
     return {
         "Content-Type": "application/octet-stream",
-        "Content-Disposition": attachment(name),
+        "Content-Disposition": protocol.attachment(name),
         "Accept-Ranges": "bytes",
-        OFFSET: str(offset),
-        TOTAL_LENGTH: str(total),
+        protocol.OFFSET: str(offset),
+        protocol.TOTAL_LENGTH: str(total),
     }
 
 
@@ -109,14 +100,14 @@ def multipart(
     extra = part_headers or [{} for _ in parts]
     chunks: list[bytes] = []
     for (name, data), more in zip(parts, extra, strict=True):
-        chunks.append(batch_part_head(boundary, name, len(data), more))
+        chunks.append(protocol.batch_part_head(boundary, name, len(data), more))
         chunks.append(data)
         chunks.append(b"\r\n")
-    chunks.append(batch_closing(boundary))
+    chunks.append(protocol.batch_closing(boundary))
     headers = {
         "Content-Type": f"multipart/mixed; boundary={boundary}",
-        COUNT: str(len(parts)),
-        LAST: parts[-1][0],
+        protocol.COUNT: str(len(parts)),
+        protocol.LAST: parts[-1][0],
     }
     return headers, b"".join(chunks)
 
