@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import requests
 
 from bench.harness import Operation, OperationFactory
+from zosciimq.protocol import COUNT, LAST
 
 RAW = {"Content-Type": "application/octet-stream"}
 OK = b'"error":""'
@@ -132,10 +133,10 @@ def batch_consume_factory(
 
         def consume_batch() -> None:
             reply = session.get(base_url, params={**params, "after": pointer[0]}, timeout=TIMEOUT)
-            last = reply.headers.get("X-ZOSCII-Last", "")
+            last = reply.headers.get(LAST, "")
             if reply.status_code != 200 or not last:
                 raise BenchError(f"batch fetch after {pointer[0]}: {reply.text[:200]}")
-            got[0] += int(reply.headers["X-ZOSCII-Count"])
+            got[0] += int(reply.headers[COUNT])
             pointer[0] = last
 
         return consume_batch

@@ -19,7 +19,7 @@ from bench.harness import run_clients, time_once
 from bench.report import Row
 from zosciimq.core.layout import DataDir
 
-log = logging.getLogger("bench.consume")
+log = logging.getLogger(__name__)
 
 QUEUE = "consume"
 BATCH = 100

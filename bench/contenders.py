@@ -30,7 +30,7 @@ from bench.report import RAW_FLOOR
 from bench.servers import Api
 from tests.support.api_server import GUNICORN_CONF, free_port, until_healthy
 
-log = logging.getLogger("bench.contenders")
+log = logging.getLogger(__name__)
 
 SHARED_SETTINGS = ("keepalive", "timeout", "graceful_timeout", "access_log_format", "http_parser")
 

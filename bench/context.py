@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.report import Results
 from bench.servers import Api, start_api
 
-log = logging.getLogger("bench")
+log = logging.getLogger(__name__)
 
 PAYLOAD_1K = bytes(range(256)) * 4  # 1 KB with every byte value: binary, not UTF-8
 

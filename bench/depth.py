@@ -23,7 +23,7 @@ from bench.harness import OperationFactory, Timing, merge, run_clients, time_onc
 from bench.report import Row
 from zosciimq.core.layout import DataDir
 
-log = logging.getLogger("bench.depth")
+log = logging.getLogger(__name__)
 
 FULL_DEPTHS = (1_000, 10_000, 100_000, 1_000_000)
 QUICK_DEPTHS = (1_000, 100_000)

@@ -24,7 +24,7 @@ from bench.ceilings import dirty_expire_seconds, unlink_seconds_per_file
 from bench.context import Context
 from bench.report import Row
 
-log = logging.getLogger("bench.external")
+log = logging.getLogger(__name__)
 
 SIZE_FLAGS = ("--count", "--files", "--messages")
 

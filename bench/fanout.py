@@ -52,8 +52,9 @@ from bench.external import NotAvailable
 from bench.fanout_readers import LongPollReader, Reader, Tally, connect_readers, payload
 from bench.harness import percentile
 from bench.report import Row
+from zosciimq.protocol import LAST
 
-log = logging.getLogger("bench.fanout")
+log = logging.getLogger(__name__)
 
 KINDS = ("longpoll", "sse", "websocket")
 WAIT = LongPollReader.wait
@@ -419,7 +420,7 @@ def _last_of(start: str, publisher: Publisher) -> str:
             )
             reply = connection.getresponse()
             reply.read()
-            last = reply.headers.get("X-ZOSCII-Last")
+            last = reply.headers.get(LAST)
             if not last:
                 return pointer
             pointer = last

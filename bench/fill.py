@@ -19,7 +19,7 @@ from pathlib import Path
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MAX_COUNTER, MessageName, format_stamp
 
-log = logging.getLogger("bench.fill")
+log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 100_000
 

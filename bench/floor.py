@@ -14,7 +14,7 @@ from bench.context import Context
 from bench.harness import run_clients
 from bench.report import Row
 
-log = logging.getLogger("bench.floor")
+log = logging.getLogger(__name__)
 
 
 def run(ctx: Context) -> dict[str, object]:

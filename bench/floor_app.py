@@ -8,7 +8,7 @@ own; what they cost is gunicorn and the loopback, plus Flask for ``app``:
   Flask; the floor of anything routed through Flask;
 * ``raw_app``: a bare WSGI callable, the floor of any Python app under this server.
 
-    gunicorn --worker-class zoscii_api.worker.ThreadWorker ... 'bench.floor_app:raw_app'
+    gunicorn --worker-class zoscii_api.gunicorn_worker.ThreadWorker ... 'bench.floor_app:raw_app'
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-ENVELOPE = b'{"system":"ZOSCII MQ","version":"1.0","error":"","message":"ok","result":[]}\n'
+from zosciimq.protocol import envelope_bytes
+
+ENVELOPE = envelope_bytes("", "ok", [])
 HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(ENVELOPE)))]
 
 app = Flask(__name__)

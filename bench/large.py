@@ -18,7 +18,7 @@ from bench.context import Context
 from bench.harness import PeakRss
 from bench.report import Row
 
-log = logging.getLogger("bench.large")
+log = logging.getLogger(__name__)
 
 BLOCK = 1 << 20
 QUEUE = "large"

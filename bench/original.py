@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tests.support.api_server import free_port
 
-log = logging.getLogger("bench.original")
+log = logging.getLogger(__name__)
 
 ENV = "ZOSCII_BENCH_ORIGINAL"
 POOL = {  # php:8.2-fpm image defaults (www.conf)

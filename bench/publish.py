@@ -19,7 +19,7 @@ from bench.harness import Timing, run_clients
 from bench.report import Row
 from zosciimq.core.layout import DataDir
 
-log = logging.getLogger("bench.publish")
+log = logging.getLogger(__name__)
 
 CONCURRENCY = (1, 8)
 CEILING_LABEL = "log pwrite+fdatasync, then create+write+rename+index append, Python threads"

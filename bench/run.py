@@ -51,7 +51,7 @@ from bench.report import (
 )
 from bench.servers import IMAGE, image_available, image_id
 
-log = logging.getLogger("bench")
+log = logging.getLogger(__package__)  # run with -m, where __name__ is "__main__"
 
 # Order matters: publish measures the durable-write ceiling that replication is rated
 # against, depth measures the walk ceilings that claireup and statissa are rated against.

@@ -11,7 +11,7 @@ from typing import Protocol
 from bench.fill import share_with
 from tests.support.api_server import ApiServer, free_port, until_healthy
 
-log = logging.getLogger("bench.servers")
+log = logging.getLogger(__name__)
 
 IMAGE = "zoscii/api:dev"
 CONTAINER_UID = 10001  # the image's non-root user (deploy/Dockerfile)

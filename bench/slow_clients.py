@@ -45,7 +45,7 @@ from bench.external import NotAvailable
 from bench.harness import percentile
 from bench.report import Row
 
-log = logging.getLogger("bench.slow_clients")
+log = logging.getLogger(__name__)
 
 API_IMAGE = "zoscii/api:dev"
 PROXY_IMAGE = "zoscii/proxy:dev"

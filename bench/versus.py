@@ -61,10 +61,10 @@ from bench.fill import message_names, write_messages
 from bench.harness import OperationFactory, run_clients
 from bench.original import OriginalServer, unavailable
 from bench.report import ORIGINAL, Comparison, Goal, Sample
-from zosciimq.client.publish_batch import FRAMED_BATCH
 from zosciimq.core.layout import DataDir
+from zosciimq.protocol import FRAME_END, FRAMED_BATCH, frame_head
 
-log = logging.getLogger("bench.versus")
+log = logging.getLogger(__name__)
 
 FORM = "application/x-www-form-urlencoded"
 BOUNDARY = "zoscii-bench-boundary-7f3a9c"
@@ -123,7 +123,8 @@ def publish_form(queue: str) -> bytes:
 
 def framed_batch_body() -> bytes:
     """The framed batch body (what the client sends), each message tagged with its position."""
-    return b"".join(b"%d\n" % (TAG + len(TAIL)) + tag(i) + TAIL for i in range(BATCH)) + b"end\n"
+    head = frame_head(TAG + len(TAIL), {})
+    return b"".join(head + tag(i) + TAIL for i in range(BATCH)) + FRAME_END
 
 
 def batch_body() -> bytes:

@@ -50,7 +50,7 @@ from bench.servers import Api
 from tests.support.work_http import Leased, ack, consume, parse_batch
 from zosciimq.core.layout import DataDir
 
-log = logging.getLogger("bench.work")
+log = logging.getLogger(__name__)
 
 QUEUE = "work"
 REDELIVER_QUEUE = "redeliver"

@@ -39,7 +39,7 @@ while access control can stay off for everything else.
 
 Shared by every service that admits clients: the api (HTTP ``Authorization``) and the
 PHPMQ gateway (a bearer token in the first message of a connection) read the same
-clients from the same variables. ``zoscii_api.auth`` re-exports this module.
+clients from the same variables.
 """
 
 from __future__ import annotations

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from zosciimq.protocol import REPLY_HEADERS
 from zosciimq.settings import SettingsError
 
 ALLOWED_METHODS = "GET, POST, HEAD"
 ALLOWED_HEADERS = "Authorization, Content-Type, Last-Event-ID, X-Request-ID"
 # What a page's script may read of an answer, besides the simple headers.
-EXPOSED_HEADERS = (
-    "Content-Disposition, Content-Length, X-Request-ID, X-ZOSCII-Offset, "
-    "X-ZOSCII-Total-Length, X-ZOSCII-Count, X-ZOSCII-Last, X-ZOSCII-Receipt, "
-    "X-ZOSCII-Deliveries, X-ZOSCII-Lease-Until, X-ZOSCII-TTL, Retry-After, Accept-Post"
-)
+_BEFORE = ("Content-Disposition", "Content-Length", "X-Request-ID")
+EXPOSED_HEADERS = ", ".join((*_BEFORE, *REPLY_HEADERS, "Retry-After", "Accept-Post"))
 MAX_AGE_SECONDS = "600"
 
 

@@ -15,9 +15,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.support.api_app import body, drain, make_client
-from zoscii_api.auth import AccessControl, parse_clients
 from zoscii_api.settings import ApiSettings
-from zosciimq.access import load_access_control, operator_client
+from zosciimq.access import AccessControl, load_access_control, operator_client, parse_clients
 from zosciimq.core import parse_name
 from zosciimq.settings import SettingsError
 
@@ -418,13 +417,13 @@ def test_purge_and_delete_are_writes(data_dir: Path) -> None:
 
 # --- the audit trail -------------------------------------------------------------------------
 def _trail(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "zoscii.api.audit"]
+    return [r for r in caplog.records if r.name == "zoscii_api.audit"]
 
 
 def test_every_admin_action_leaves_who_what_which_queue_and_what_changed(
     client: FlaskClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="zoscii.api.audit")
+    caplog.set_level(logging.INFO, logger="zoscii_api.audit")
     for number in range(3):
         publish(client, "orders", f"m{number}".encode())
     far = {"REMOTE_ADDR": "172.18.0.1"}
@@ -463,7 +462,7 @@ def test_every_admin_action_leaves_who_what_which_queue_and_what_changed(
 def test_delete_and_replay_say_what_they_did(
     client: FlaskClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="zoscii.api.audit")
+    caplog.set_level(logging.INFO, logger="zoscii_api.audit")
     publish(client, "jobs", b"one")
     consume(client, "jobs", "workers", 1)
     admin(client, "replay", q="jobs", since="2000-01-01T00:00:00Z")

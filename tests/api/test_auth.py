@@ -9,8 +9,8 @@ import pytest
 
 from tests.support.api_app import make_client
 from zoscii_api.app import create_app
-from zoscii_api.auth import AccessControl, parse_clients
 from zoscii_api.settings import ApiSettings
+from zosciimq.access import AccessControl, parse_clients
 from zosciimq.core import parse_name
 from zosciimq.settings import SettingsError
 

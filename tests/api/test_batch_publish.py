@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from tests.support.api_app import body, drain, make_client
+from zosciimq.protocol import FRAME_END, FRAMED_BATCH
 
 BINARY = bytes(range(256)) * 3 + b"\r\n--not-a-boundary\r\n"
 
@@ -157,7 +158,6 @@ def test_without_batch_a_repeated_msg_is_one_message_as_in_the_original(client) 
 
 # --- the framed body (application/vnd.zoscii.batch) ------------------------------------
 
-FRAMED = "application/vnd.zoscii.batch"
 
 
 def framed(parts: list[tuple[bytes, str]]) -> bytes:
@@ -165,11 +165,11 @@ def framed(parts: list[tuple[bytes, str]]) -> bytes:
     out = b""
     for data, options in parts:
         out += f"{len(data)}{' ' + options if options else ''}\n".encode() + data
-    return out + b"end\n"
+    return out + FRAME_END
 
 
 def post_framed(client, queue: str, data: bytes, query: str = ""):
-    return client.post(f"/?action=publish&q={queue}&{query}", data=data, content_type=FRAMED)
+    return client.post(f"/?action=publish&q={queue}&{query}", data=data, content_type=FRAMED_BATCH)
 
 
 def test_a_framed_batch_publishes_every_message_in_order_byte_exact(client) -> None:
@@ -185,7 +185,7 @@ def test_a_framed_batch_publishes_every_message_in_order_byte_exact(client) -> N
 def test_a_batch_reply_announces_the_framed_body(client) -> None:
     """How a client learns it may send frames: an earlier api reads multipart only."""
     reply = post_batch(client, "orders", [(b"a", {})])
-    assert reply.headers["Accept-Post"] == f"multipart/form-data, {FRAMED}"
+    assert reply.headers["Accept-Post"] == f"multipart/form-data, {FRAMED_BATCH}"
     single = client.post("/?action=publish&q=orders", data={"msg": "b"})
     assert "Accept-Post" not in single.headers
 
@@ -233,6 +233,6 @@ def test_a_bad_framed_batch_is_an_error_and_writes_nothing(
 
 
 def test_a_framed_body_is_for_publish_only(client, data_dir) -> None:
-    reply = client.post("/?action=store", data=framed([(b"a", "")]), content_type=FRAMED)
+    reply = client.post("/?action=store", data=framed([(b"a", "")]), content_type=FRAMED_BATCH)
     assert reply.status_code == 400 and "action=publish" in body(reply)["error"]
     assert os.listdir(data_dir / "queues" / "temp") == []

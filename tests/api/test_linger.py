@@ -1,4 +1,4 @@
-"""The api's worker serves a quick keep-alive client on its thread (zoscii_api.worker):
+"""The api's worker serves a quick keep-alive client on its thread (zoscii_api.gunicorn_worker):
 the next request waits on the socket for a few ms instead of going through the poller,
 while enough threads stay free, and a slow client is not waited for again."""
 
@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.support.api_server import running_api
-from zoscii_api.worker import LINGER_RESERVE, ThreadWorker
+from zoscii_api.gunicorn_worker import LINGER_RESERVE, ThreadWorker
 
 
 class _Conn:

@@ -66,7 +66,7 @@ def test_an_admin_action_names_its_queue_and_leaves_an_audit_line(tmp_path: Path
     access = next(r for r in records if r.get("request_id") == "purge-7" and "status" in r)
     assert (access["action"], access["queue"], access["status"]) == ("purge", "orders", 200)
     (audit,) = [r for r in records if r.get("event") == "admin"]
-    assert audit["logger"] == "zoscii.api.audit" and audit["level"] == "INFO"
+    assert audit["logger"] == "zoscii_api.audit" and audit["level"] == "INFO"
     assert (audit["action"], audit["queue"], audit["outcome"]) == ("purge", "orders", "done")
     assert (audit["client"], audit["address"]) == ("admin-token", "127.0.0.1")
     assert audit["result"] == {"purged": 2, "bytes": 2, "before": None}

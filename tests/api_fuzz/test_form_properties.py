@@ -5,7 +5,7 @@
   replicator sends binary messages urlencoded, so one changed byte is a corrupt message).
 * ``parse_multipart`` keeps ``msg`` byte-exact, as a field or a file, whatever the
   boundary and however the body arrives in pieces.
-* ``parse_frames`` (the framed batch body) keeps every message byte-exact with its own
+* ``read_frames`` (the framed batch body) keeps every message byte-exact with its own
   options, in any chunking, and refuses every body cut short, even at a frame's end.
 * Names: format/parse round trip, UTC whatever the input's zone, lexical order is
   (time, counter) order, and ``store_dirs`` agrees with a plain reading of PROTOCOL.md
@@ -33,13 +33,14 @@ from zoscii_api.params import (
     RequestParams,
     UrlencodedDecoder,
     decode_urlencoded,
-    parse_frames,
     parse_multipart,
     read_params,
     unquote_plus_bytes,
 )
-from zosciimq.core import DataDir, InvalidInput, MessageName, Upload, parse_name
+from zosciimq.core import DataDir, MessageName, Upload, parse_name
 from zosciimq.core.names import MAX_COUNTER, MAX_RETENTION_DAYS, format_stamp, store_dirs
+from zosciimq.errors import InvalidInput
+from zosciimq.protocol import FRAME_END, FRAME_KEYS, read_frames
 
 FIELD_LIMIT = 1 << 20
 PROPERTY_SETTINGS = settings(max_examples=examples(300), deadline=None)
@@ -373,7 +374,7 @@ def _framed(frames: list[tuple[bytes, dict[str, str]]]) -> bytes:
             pairs = (f"{key}={quote_from_bytes(value.encode())}" for key, value in options.items())
             head += b" " + "&".join(pairs).encode()
         out += head + b"\n" + data
-    return out + b"end\n"
+    return out + FRAME_END
 
 
 def _batch_collector(layout: DataDir) -> tuple[RequestParams, ParamCollector]:
@@ -390,10 +391,10 @@ def test_framed_batch_is_byte_exact_in_any_chunking(
 ) -> None:
     params, collector = _batch_collector(layout)
     try:
-        parse_frames(TrickleStream(_framed(frames), sizes), collector)
+        read_frames(TrickleStream(_framed(frames), sizes), collector.open_part)
         assert params.batch is not None
         got = [(Path(p.upload.temp_path).read_bytes(), p.options) for p in params.batch]
-        names = {"n": "x-zoscii-nonce", "r": "x-zoscii-retention", "ttl": "x-zoscii-ttl"}
+        names = {key: header.lower() for header, key in FRAME_KEYS.items()}
         assert got == [(d, {names[k]: v for k, v in o.items()}) for d, o in frames]
     finally:
         params.close()
@@ -412,7 +413,7 @@ def test_a_framed_batch_cut_short_anywhere_is_refused(
     params, collector = _batch_collector(layout)
     try:
         with pytest.raises(InvalidInput, match="Malformed batch body"):
-            parse_frames(TrickleStream(body[:cut], sizes), collector)
+            read_frames(TrickleStream(body[:cut], sizes), collector.open_part)
     finally:
         params.close()
     assert list(layout.temp.iterdir()) == []
@@ -433,7 +434,7 @@ def test_malformed_framed_batches_are_refused(layout: DataDir, body: bytes, why:
     params, collector = _batch_collector(layout)
     try:
         with pytest.raises(InvalidInput, match=why):
-            parse_frames(TrickleStream(body, [7]), collector)
+            read_frames(TrickleStream(body, [7]), collector.open_part)
     finally:
         params.close()
     assert list(layout.temp.iterdir()) == []

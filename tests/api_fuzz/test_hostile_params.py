@@ -29,6 +29,7 @@ from tests.api_fuzz.helpers import make_app
 from tests.security.figures import TALLY
 from tests.support.tiers import examples
 from zoscii_api.settings import ACTIONS
+from zosciimq.protocol import FRAME_END, FRAMED_BATCH, frame_head
 
 QUEUE = "fuzzq"
 GROUP = "billing"
@@ -129,7 +130,7 @@ def test_no_action_answers_500_to_hostile_parameters(
 
 
 def framed(count: int) -> bytes:
-    return b"".join(b"2\nm%d" % (n % 10) for n in range(count)) + b"end\n"
+    return b"".join(frame_head(2, {}) + b"m%d" % (n % 10) for n in range(count)) + FRAME_END
 
 
 def test_a_framed_batch_out_of_inodes_is_507(few_inodes: Path) -> None:
@@ -141,11 +142,11 @@ def test_a_framed_batch_out_of_inodes_is_507(few_inodes: Path) -> None:
     url = "/?action=publish&q=orders"
     answers = []
     for _ in range(5):
-        reply = client.post(url, data=framed(100), content_type="application/vnd.zoscii.batch")
+        reply = client.post(url, data=framed(100), content_type=FRAMED_BATCH)
         answers.append(reply.status_code)
         assert reply.status_code == 507, reply.get_data()[:300]
         assert "No space left" in reply.get_json()["error"]
     assert list((data_dir / "queues" / "temp").iterdir()) == []
-    reply = client.post(url, data=framed(3), content_type="application/vnd.zoscii.batch")
+    reply = client.post(url, data=framed(3), content_type=FRAMED_BATCH)
     assert reply.status_code == 200, reply.get_json()
     assert reply.get_json()["result"] and len(reply.get_json()["result"]) == 3

@@ -26,15 +26,16 @@ from hypothesis import strategies as st
 from werkzeug.test import TestResponse
 
 from tests.api_fuzz.helpers import OPENAPI_PATH, load_document, make_app
-from zoscii_api.auth import AccessControl, parse_clients
 from zoscii_api.settings import ACTIONS
-from zosciimq.core import InvalidInput, parse_name
+from zosciimq.access import AccessControl, parse_clients
+from zosciimq.core import parse_name
 from zosciimq.core.names import (
     MAX_RETENTION_DAYS,
     MAX_TOKEN_LENGTH,
     clean_nonce,
     clean_queue,
 )
+from zosciimq.errors import InvalidInput
 
 ENDPOINT_PATHS = ("/", "/index.php")
 PARAMETERS = {

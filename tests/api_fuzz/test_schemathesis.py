@@ -37,9 +37,9 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.api_fuzz.helpers import OPENAPI_PATH, make_app
 from zoscii_api.context import KEY as CONTEXT
-from zoscii_api.params import BATCH_BODY
 from zoscii_api.settings import ACTIONS
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload, parse_name
+from zosciimq.protocol import FRAME_END, FRAMED_BATCH
 
 pytestmark = pytest.mark.slow  # about a minute
 
@@ -146,13 +146,13 @@ def _framed_bodies() -> st.SearchStrategy[bytes]:
     options = st.sampled_from([b"", b" n=fz-1", b" r=7&ttl=60", b" n=no%20space", b" x=1"])
     frames = st.lists(st.tuples(st.binary(max_size=64), options), max_size=4)
     whole = frames.map(
-        lambda fs: b"".join(b"%d%s\n%s" % (len(data), o, data) for data, o in fs) + b"end\n"
+        lambda fs: b"".join(b"%d%s\n%s" % (len(data), o, data) for data, o in fs) + FRAME_END
     )
     cut = whole.flatmap(lambda body: st.integers(0, len(body)).map(lambda n: body[:n]))
     return st.one_of(whole, cut, st.binary(max_size=100))
 
 
-schemathesis.openapi.media_type(BATCH_BODY, _framed_bodies())
+schemathesis.openapi.media_type(FRAMED_BATCH, _framed_bodies())
 
 # Positive and negative cases: invalid input must get a documented 4xx envelope too.
 schema = schemathesis.openapi.from_path(

@@ -29,7 +29,7 @@ def test_the_raw_floor_reads_the_whole_body(tmp_path: Path) -> None:
     is parsed where the last body ended, so a body left unread would break it."""
     floor = FloorServer(tmp_path, workers=1, threads=2, app=FLOOR_APPS[RAW_FLOOR]).start()
     try:
-        assert floor.settings["worker_class"] == "zoscii_api.worker.ThreadWorker"
+        assert floor.settings["worker_class"] == "zoscii_api.gunicorn_worker.ThreadWorker"
         with requests.Session() as session:
             for _ in range(3):
                 reply = session.post(floor.url, data=BODY, timeout=10)

@@ -8,20 +8,19 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.queues import publish_body
-from zoscii_claireup.report import AREA_INDEX, AREA_NONCE, AREA_QUEUE, AREA_STORE, AREA_TEMP
-from zosciimq.core import DataDir, QueueStore, Upload, orphans
-from zosciimq.core.index import IndexFile
-from zosciimq.core.nonces import Nonces
-
-from .conftest import (
-    Clock,
+from tests.support.clock import FakeClock
+from tests.support.message_files import (
     all_files,
     set_mtime,
     utc,
     write_queue_message,
     write_store_message,
 )
+from tests.support.queues import publish_body
+from zoscii_claireup.report import AREA_INDEX, AREA_NONCE, AREA_QUEUE, AREA_STORE, AREA_TEMP
+from zosciimq.core import DataDir, QueueStore, Upload, orphans
+from zosciimq.core.index import IndexFile
+from zosciimq.core.nonces import Nonces
 
 
 def publish(queues: QueueStore, queue: str, body: bytes, retention: int) -> str:
@@ -174,7 +173,7 @@ def test_nonce_markers_older_than_the_window(data_dir, clock, make_cleaner):
 
 def test_upload_leftovers_older_than_the_safe_age(data_dir, make_cleaner):
     now = datetime.now(UTC)
-    clock = Clock(now)
+    clock = FakeClock(now)
     crashed = data_dir.temp / "0123456789abcdef.part"
     crashed.write_bytes(b"half a message")
     set_mtime(crashed, now - timedelta(hours=25))
@@ -224,7 +223,7 @@ def test_dry_run_deletes_nothing_and_lists_what_a_run_would(data_dir, clock, mak
 
 
 def test_a_consumer_pointing_at_a_deleted_message_gets_the_next(data_dir, clock, make_cleaner):
-    publisher_clock = Clock(clock.now - timedelta(days=10))
+    publisher_clock = FakeClock(clock.now - timedelta(days=10))
     queues = QueueStore(data_dir, clock=publisher_clock)
     expired = [publish(queues, "jobs", b"old %d" % n, 2) for n in range(5)]
     publisher_clock.now = clock.now - timedelta(hours=1)
@@ -247,7 +246,7 @@ def test_a_consumer_pointing_at_a_deleted_message_gets_the_next(data_dir, clock,
 
 
 def test_the_index_keeps_its_floor_after_a_queue_is_emptied(data_dir, clock, make_cleaner):
-    publisher_clock = Clock(clock.now - timedelta(days=10))
+    publisher_clock = FakeClock(clock.now - timedelta(days=10))
     queues = QueueStore(data_dir, clock=publisher_clock)
     names = [publish(queues, "q", b"m", 1) for _ in range(3)]
     make_cleaner().run()

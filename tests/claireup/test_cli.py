@@ -15,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.message_files import (
+    all_files,
+    set_mtime,
+    write_queue_message,
+    write_store_message,
+)
 from zosciimq.core import DataDir
-
-from .conftest import all_files, set_mtime, write_queue_message, write_store_message
 
 
 def claireup_env(data_dir: DataDir, **extra: str) -> dict[str, str]:

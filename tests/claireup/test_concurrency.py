@@ -8,11 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.support.message_files import all_files, write_queue_message, write_store_message
 from zoscii_claireup.cleaner import Cleaner
 from zosciimq.core import DataStore, QueueStore, Upload
 from zosciimq.core.index import IndexFile
-
-from .conftest import all_files, write_queue_message, write_store_message
 
 QUEUES = ("alpha", "beta")
 EXPIRED_PER_QUEUE = 3000

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from tests.support.clock import FakeClock
 from tests.support.queues import publish_body
 from zoscii_claireup.metrics import ClaireupMetrics
 from zoscii_claireup.report import AREA_GROUP
@@ -19,19 +20,19 @@ from zoscii_claireup.settings import Settings
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core.groups import ConsumerGroups, Delivery
 
-from .conftest import Clock
 
-
-def groups_for(data_dir: DataDir, clock: Clock) -> ConsumerGroups:
+def groups_for(data_dir: DataDir, clock: FakeClock) -> ConsumerGroups:
     """A consumer process's view of the groups (its own cache of every group's state)."""
     return ConsumerGroups(
         data_dir, QueueStore(data_dir, clock), clock=lambda: clock.now.timestamp()
     )
 
 
-def publish(data_dir: DataDir, clock: Clock, queue: str, count: int, *, days_ago: float, keep: int):
+def publish(
+    data_dir: DataDir, clock: FakeClock, queue: str, count: int, *, days_ago: float, keep: int
+):
     """``count`` messages published ``days_ago`` with ``keep`` days of retention."""
-    then = Clock(clock.now - timedelta(days=days_ago))
+    then = FakeClock(clock.now - timedelta(days=days_ago))
     queues = QueueStore(data_dir, then)
     return [publish_body(queues, queue, b"m%d" % i, keep).name for i in range(count)]
 

@@ -7,11 +7,10 @@ import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from tests.support.message_files import all_files, set_mtime
 from zoscii_claireup.report import AREA_STORE
 from zosciimq.core import DataDir, MessageName
 from zosciimq.core.names import format_stamp
-
-from .conftest import all_files, set_mtime
 
 
 def _doubled(data_dir: DataDir, published: datetime, retention_days: int) -> Path:

@@ -16,12 +16,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.support.message_files import write_queue_message, write_store_message
 from zoscii_claireup.metrics import ClaireupMetrics
 from zoscii_claireup.service import JOB_ID, Service
 from zoscii_claireup.settings import Settings, cron_trigger
 from zosciimq.settings import SettingsError
-
-from .conftest import write_queue_message, write_store_message
 
 
 def get(url: str, method: str = "GET") -> tuple[int, str]:

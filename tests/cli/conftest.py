@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.support.api_server import running_api
+from tests.support.cli_run import Run
 from zosciimq.cli import main
-
-
-@dataclass(frozen=True)
-class Run:
-    code: int
-    out: bytes
-    err: str
 
 
 @pytest.fixture(scope="package")
@@ -55,22 +46,3 @@ def cli(
     return run
 
 
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment of a ``python -m zosciimq.cli`` child: no ZOSCII_ settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZOSCII_")}
-    env.update(extra)
-    return env
-
-
-def run_process(
-    *argv: str | bytes, stdin: bytes = b"", env: dict[str, str] | None = None, timeout: float = 60
-) -> Run:
-    done = subprocess.run(
-        [sys.executable, "-m", "zosciimq.cli", *argv],
-        input=stdin,
-        capture_output=True,
-        env=env or cli_env(),
-        timeout=timeout,
-        cwd="/",
-    )
-    return Run(done.returncode, done.stdout, done.stderr.decode(errors="replace"))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Run
 from tests.support.api_server import OPERATOR_TOKEN
+from tests.support.cli_run import Run
 from zosciimq.cli import exit_codes, queue_admin
 from zosciimq.client import ZosciiClient
 

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cli.conftest import cli_env, run_process
 from tests.cli.cutting_proxy import CuttingProxy
+from tests.support.cli_run import cli_env, run_process
 from tests.support.queues import queue_name
 from zosciimq.cli.progress import ProgressBar
 from zosciimq.client import ZosciiClient

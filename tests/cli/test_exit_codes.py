@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Run, cli_env, run_process
 from tests.support.api_server import running_api
+from tests.support.cli_run import Run, cli_env, run_process
 from tests.support.http_servers import QuietHandler, QuietHTTPServer
 from tests.support.queues import queue_name
 

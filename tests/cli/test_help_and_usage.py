@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.cli.conftest import Run, run_process
+from tests.support.cli_run import Run, run_process
 from zosciimq.cli.exit_codes import TABLE
 
 COMMANDS = ["publish", "fetch", "tail", "store", "retrieve", "scan", "identify", "run"]

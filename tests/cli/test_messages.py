@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Run, run_process
+from tests.support.cli_run import Run, run_process
 from tests.support.queues import queue_name, read_queue
 from zosciimq.core import parse_name
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Run, cli_env, run_process
 from tests.support.api_server import REPO
+from tests.support.cli_run import Run, cli_env, run_process
 from tests.support.queues import publish_body
 from zosciimq.core import DataDir, QueueStore
 

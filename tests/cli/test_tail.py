@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Run, cli_env
+from tests.support.cli_run import Run, cli_env
 from tests.support.queues import queue_name
 from zosciimq.client import ZosciiClient
 from zosciimq.core.states import read_pointer

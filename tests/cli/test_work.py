@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.cli.conftest import Run, cli_env
+from tests.support.cli_run import Run, cli_env
 from tests.support.queues import queue_name, read_queue
 from zosciimq.cli.work import DEAD_LETTER_EXIT
 from zosciimq.client import ZosciiClient, dead_letter_queue

@@ -125,7 +125,7 @@ def test_every_kind_of_message_is_stored_byte_exact_in_order(
     nonces = [r.nonce for r in results]
     assert len(set(nonces)) == len(nonces)
     assert all(uuid.UUID(n).version == 4 for n in nonces if n)
-    assert client.publish_batch_support is True
+    assert client.capabilities.batch_publish is True
 
 
 def test_names_of_each_batch_are_contiguous_while_others_publish(
@@ -223,7 +223,7 @@ def test_a_lost_reply_is_sent_again_whole_and_stores_nothing_twice(
     try:
         options = TransportOptions(retries=3, backoff_factor=0)
         with ZosciiClient(proxy.url, options=options) as client:
-            client.publish_batch_support = True  # learnt before: all ten in one request
+            client.capabilities.batch_publish = True  # learnt before: all ten in one request
             proxy.drop_replies = 1  # the server stores the batch, the client sees no reply
             results = client.publish_many(queue, [*payloads, path, iter([b"spooled"])])
             assert proxy.connections == 2
@@ -421,7 +421,7 @@ def test_against_the_original_one_probe_then_single_publishes_and_nothing_lost(
     ]
     with ZosciiClient(forms_original.url) as client:
         results = client.publish_many(queue, items, retention_days=2, batch_size=3)
-        assert client.publish_batch_support is False
+        assert client.capabilities.batch_publish is False
         more = client.publish_many(queue, [b"sixth", b"seventh"])
         repeat = client.publish_many(queue, [BatchItem(b"not again", nonce="own-nonce")])
     assert forms_original.parts == [1, 0, 0, 0, 0, 0, 0, 0]
@@ -454,7 +454,7 @@ def test_a_server_known_not_to_batch_fetch_gets_no_batch_publish(
     forms_original.add("known", b"x")
     with ZosciiClient(forms_original.url) as client:
         assert len(client.fetch_batch("known")) == 1
-        assert client.batch_support is False
+        assert client.capabilities.batch_fetch is False
         client.publish_many("known", [b"a", b"b"])
     assert forms_original.parts == [0, 0]  # (the fetch was a GET, not counted)
     assert [d for _, d in forms_original.stored("known")] == [b"x", b"a", b"b"]
@@ -465,10 +465,10 @@ def test_a_batch_answered_as_a_single_publish_is_an_error_not_a_silent_loss(
 ) -> None:
     """A client that believes in batches (the server behind the URL was replaced)."""
     with ZosciiClient(forms_original.url) as client:
-        client.publish_batch_support = True
+        client.capabilities.batch_publish = True
         with pytest.raises(NotZosciiReply) as error:
             client.publish_many("swapped", [b"a", b"b", b"c"])
-        assert client.publish_batch_support is False
+        assert client.capabilities.batch_publish is False
         assert [item.data for item in error.value.remaining] == [b"a", b"b", b"c"]
         assert error.value.published == []
 
@@ -480,7 +480,7 @@ def test_original_mode_never_sends_a_batch(api: tuple[str, Path], original: Zosc
     results = original.publish_many(queue, items, retention_days=1)
     assert [shape(r) for r in sent] == [("single", 1)] * 3
     assert all(r.body and "batch" not in str(r.body) and r.method == "POST" for r in sent)
-    assert original.publish_batch_support is None
+    assert original.capabilities.batch_publish is None
     with ZosciiClient(api[0]) as reader:
         got = read_queue(reader, queue)
     assert [(days(n), d) for n, d in got] == [(1, b"\x00\xff one"), (5, b"two"), (1, b"three")]
@@ -502,7 +502,7 @@ def test_a_server_that_does_not_announce_frames_gets_multipart_batches(
     messages = [os.urandom(50) for _ in range(12)]
     client.publish_many(queue, messages, batch_size=5)
     assert [type(r.body) for r in sent] == [MultipartBody] * 4
-    assert client.publish_frames is None
+    assert client.capabilities.framed_publish is None
     assert [data for _, data in read_queue(client, queue)] == messages
 
 
@@ -538,13 +538,13 @@ def test_a_framed_batch_refused_by_an_earlier_api_goes_again_as_multipart(
 ) -> None:
     queue = queue_name()
     client.publish_many(queue, [b"probe"])  # learns that the api reads frames
-    assert client.publish_frames is True
+    assert client.capabilities.framed_publish is True
     earlier = EarlierApiBehindTheSameAddress()
     client.session.mount(client.url, earlier)
     sent = request_log(client)
     messages = [os.urandom(40) for _ in range(9)]
     results = client.publish_many(queue, messages, batch_size=3)
-    assert earlier.refused == 1 and client.publish_frames is False
+    assert earlier.refused == 1 and client.capabilities.framed_publish is False
     assert [type(r.body) for r in sent] == [FramedBody] + [MultipartBody] * 3
     got = read_queue(client, queue)
     assert [data for _, data in got] == [b"probe", *messages]  # each once, in order

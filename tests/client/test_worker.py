@@ -234,7 +234,7 @@ def test_a_heartbeat_crossing_the_ack_is_no_lost_lease(
         return real_extend(queue, group, receipt, lease)
 
     client.ack, client.extend_lease = ack, extend_lease  # type: ignore[method-assign]
-    caplog.set_level("DEBUG", logger="zosciimq.worker")
+    caplog.set_level("DEBUG", logger="zosciimq.client.worker")
     worker = Worker(
         client, queue, "g", lambda m: time.sleep(0.5), lease=1, max_messages=3, wait=0
     )

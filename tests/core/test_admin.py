@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from zosciimq.core import DataDir, QueueNotFound, QueueStore, Upload
+from zosciimq.core import DataDir, QueueStore, Upload
 from zosciimq.core.admin import QueueAdmin, cut_of, parse_utc
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.groups import ConsumerGroups
+from zosciimq.errors import InvalidInput, QueueNotFound
 
 
 class Clock:

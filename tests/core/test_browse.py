@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.conftest import FakeClock
+from tests.support.clock import FakeClock
 from zosciimq.core import DataDir, QueueStore, browse
 from zosciimq.core import index as idx
-from zosciimq.core.errors import InvalidInput, MessageNotFound, QueueNotFound
 from zosciimq.core.names import new_name
+from zosciimq.errors import InvalidInput, MessageNotFound, QueueNotFound
 
 Publish = Callable[..., str]
 

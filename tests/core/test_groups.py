@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.conftest import publish_many, uploads_of
 from tests.support.publisher import payload
-from tests.support.queues import queue_contents, wal_records
-from zosciimq.core import DataDir, QueueStore, StorageFull, TryAgain
+from tests.support.queues import publish_many, queue_contents, uploads_of, wal_records
+from zosciimq.core import DataDir, QueueStore
 from zosciimq.core import commit as commit_module
 from zosciimq.core import index as idx
 from zosciimq.core import queues as queues_module
@@ -27,6 +26,7 @@ from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.upload import INLINE_BYTES
 from zosciimq.core.wal import WriteAheadLog
+from zosciimq.errors import StorageFull, TryAgain
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from zosciimq.core import InvalidInput, parse_name
+from zosciimq.core import parse_name
 from zosciimq.core.names import (
     clean_nonce,
     clean_pointer,
@@ -14,6 +14,7 @@ from zosciimq.core.names import (
     new_name,
     store_dirs,
 )
+from zosciimq.errors import InvalidInput
 
 VECTORS = Path(__file__).resolve().parents[1] / "fixtures" / "store-paths.tsv"
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.conftest import publish_many, uploads_of
-from tests.support.queues import publish_body, queue_contents
+from tests.support.queues import publish_body, publish_many, queue_contents, uploads_of
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core.group_commit import Submission
 from zosciimq.core.outgoing import Outgoing

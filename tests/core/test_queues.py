@@ -16,20 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.core.conftest import publish_many
 from tests.support.publisher import payload
-from zosciimq.core import (
-    DataDir,
-    QueueNotFound,
-    QueueStore,
-    StorageFull,
-    TryAgain,
-    Upload,
-    parse_name,
-)
+from tests.support.queues import publish_many
+from zosciimq.core import DataDir, QueueStore, Upload, parse_name
 from zosciimq.core import index as idx
 from zosciimq.core.locking import FileLock
 from zosciimq.core.nonces import Nonces
+from zosciimq.errors import QueueNotFound, StorageFull, TryAgain
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from zosciimq.core import InvalidInput, MessageNotFound, Upload, parse_name
+from zosciimq.core import Upload, parse_name
+from zosciimq.errors import InvalidInput, MessageNotFound
 
 
 def put(store, data_dir, body: bytes, **options):

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.conftest import publish_many, uploads_of
-from tests.support.queues import publish_body, queue_contents, wal_records
+from tests.support.queues import publish_body, publish_many, queue_contents, uploads_of, wal_records
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload
 from zosciimq.core import wal as walfile
 from zosciimq.core.checkpoint import Durability, Mode

@@ -16,31 +16,16 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 import logging
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import docker
 import docker.errors
 import pytest
 
-from tests.e2e.compose_spec import ServiceSpec, load_services
+from tests.e2e.compose_spec import load_services
 from tests.e2e.stack import image_missing, remove_everything_labelled
+from tests.support.e2e_run import E2E, image_tag_env
 
 log = logging.getLogger(__name__)
-
-
-def image_tag_env() -> dict[str, str]:
-    """The variables the compose file interpolates into image names (``make`` exports
-    IMAGE_TAG; the default is dev)."""
-    return {"IMAGE_TAG": os.environ.get("IMAGE_TAG", "") or "dev"}
-
-
-@dataclass(frozen=True)
-class E2E:
-    """What every e2e module needs: a client, this run's id, the compose services."""
-
-    client: docker.DockerClient
-    run_id: str
-    services: dict[str, ServiceSpec]
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,9 @@ from tests.e2e import mq
 from tests.e2e.browser import headless_chromium
 from tests.e2e.compose_cli import clean_environment, compose_command, run_compose
 from tests.e2e.compose_spec import COMPOSE_FILE, REPO_ROOT
-from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import wait_healthy
 from tests.statissa.served import wait_until
+from tests.support.e2e_run import E2E, image_tag_env
 
 log = logging.getLogger(__name__)
 

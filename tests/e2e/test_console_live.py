@@ -21,9 +21,9 @@ import pytest
 import requests
 
 from tests.e2e.browser import headless_chromium
-from tests.live.conftest import LiveProcess
 from tests.statissa.served import start, wait_until
 from tests.support.api_server import free_port
+from tests.support.live_process import LiveProcess
 from tests.support.queues import publish_body
 from zosciimq.core import DataDir, QueueStore
 

@@ -32,9 +32,9 @@ from docker.models.containers import Container
 from tests.e2e import mq
 from tests.e2e.compose_cli import compose_command, run_compose
 from tests.e2e.compose_spec import COMPOSE_FILE
-from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import wait_healthy
 from tests.e2e.test_compose import free_ports, published_host, remove_project
+from tests.support.e2e_run import E2E, image_tag_env
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import pytest
 import requests
 
 from tests.e2e import mq
-from tests.e2e.conftest import E2E
 from tests.e2e.stack import Service, Stack, network
+from tests.support.e2e_run import E2E
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

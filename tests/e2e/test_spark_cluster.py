@@ -25,8 +25,8 @@ import yaml
 from testcontainers.core.container import DockerContainer
 
 from tests.e2e.compose_spec import REPO_ROOT, interpolate
-from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import HEALTH_PROBE_INTERVAL, RUN_LABEL, Stack, network, wait_healthy
+from tests.support.e2e_run import E2E, image_tag_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -15,8 +15,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e import mq
-from tests.e2e.conftest import E2E
 from tests.e2e.stack import Stack, network, wait_healthy
+from tests.support.e2e_run import E2E
 from zosciimq.client import ZosciiClient
 from zosciimq.client.publish_batch import FramedBody, MultipartBody
 

@@ -22,8 +22,8 @@ import requests
 
 from tests.e2e import mq
 from tests.e2e.compose_spec import PortSpec
-from tests.e2e.conftest import E2E
 from tests.e2e.stack import Service, Stack, network, wait_healthy
+from tests.support.e2e_run import E2E
 from tests.support.work_http import ack, ack_one, consume
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

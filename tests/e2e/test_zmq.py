@@ -20,8 +20,8 @@ import zmq
 
 from tests.e2e import mq
 from tests.e2e.compose_spec import REPO_ROOT, PortSpec, load_services
-from tests.e2e.conftest import E2E, image_tag_env
 from tests.e2e.stack import Service, Stack, network, wait_healthy
+from tests.support.e2e_run import E2E, image_tag_env
 from tests.zmq import wire
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -7,8 +7,9 @@ import os
 import threading
 from pathlib import Path
 
-from tests.live.conftest import LiveProcess, queue_name
 from tests.support.api_server import ApiServer
+from tests.support.live_process import LiveProcess
+from tests.support.queues import queue_name
 from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir
 
@@ -87,7 +88,7 @@ def test_zoscii_tail_follows_the_stream_and_keeps_its_pointer(tmp_path: Path) ->
     import subprocess
     import sys
 
-    from tests.cli.conftest import cli_env
+    from tests.support.cli_run import cli_env
     from zosciimq.core.states import read_pointer
 
     data_dir = tmp_path / "data"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.fanout_readers import READERS, Reader, Tally, connect_readers, payload
-from tests.live.conftest import LiveProcess, queue_name
+from tests.support.live_process import LiveProcess
+from tests.support.queues import queue_name
 from zosciimq.core import DataDir
 
 pytestmark = pytest.mark.slow  # 1,600 connections and a kill -9: `make test`, not the fast tier

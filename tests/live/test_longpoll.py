@@ -10,7 +10,8 @@ import time
 import pytest
 import requests
 
-from tests.live.conftest import LiveProcess, queue_name
+from tests.support.live_process import LiveProcess
+from tests.support.queues import queue_name
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core.groups import ConsumerGroups
 

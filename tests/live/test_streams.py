@@ -13,7 +13,8 @@ from pathlib import Path
 import requests
 from websockets.asyncio.client import connect
 
-from tests.live.conftest import LiveProcess, queue_name
+from tests.support.live_process import LiveProcess
+from tests.support.queues import queue_name
 from zosciimq.core import DataDir
 
 

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess, publish, queue_name
 from tests.security.figures import TALLY
+from tests.support.phpmq_gateway import GatewayProcess, publish
+from tests.support.queues import queue_name
 
 TOKEN = "partner-token-0123456789abcdef"
 OTHER = "reader-token-0123456789abcdef"

@@ -19,9 +19,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess, queue_name
 from tests.phpmq.test_access import CLIENTS, TOKEN
 from tests.security.figures import TALLY
+from tests.support.phpmq_gateway import GatewayProcess
+from tests.support.queues import queue_name
 
 MAX_CONNECTIONS = 24
 PER_ADDRESS = 10

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess, InProcessGateway, queue_name
+from tests.support.phpmq_gateway import GatewayProcess, InProcessGateway
+from tests.support.queues import queue_name
 from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.upload import INLINE_BYTES

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess, publish, queue_name
+from tests.support.phpmq_gateway import GatewayProcess, publish
+from tests.support.queues import queue_name
 from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
 
 EVERY_BYTE = bytes(range(256)) * 3 + b"\r\n\x00end"

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess, publish, queue_name
+from tests.support.phpmq_gateway import GatewayProcess, publish
+from tests.support.queues import queue_name
 
 LIMIT = 1024  # ZOSCII_PHPMQ_MAX_MESSAGE_BYTES of this module's gateway
 

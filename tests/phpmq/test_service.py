@@ -22,7 +22,9 @@ from zoscii_phpmq.settings import Settings
 
 import zosciimq
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess, clean_env, publish, queue_name
+from tests.support.phpmq_gateway import GatewayProcess, publish
+from tests.support.queues import queue_name
+from tests.support.service_env import clean_env
 from zosciimq.core import DataDir, QueueStore, Upload, parse_name
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.outgoing import Outgoing
@@ -295,17 +297,6 @@ def test_the_group_is_configurable_globally_and_per_queue(tmp_path: Path) -> Non
     assert groups.groups_of("plain") == ["php-clients"]
     assert process.dead_letters("special", "workers") == [b"s"]
     assert process.dead_letters("plain", "php-clients") == [b"p"]
-
-
-# --- the shared access control --------------------------------------------------------------
-def test_the_api_auth_module_re_exports_the_shared_one() -> None:
-    import zoscii_api.auth as shim
-    import zosciimq.access as access
-
-    assert shim.__all__ == access.__all__
-    for name in access.__all__:
-        assert getattr(shim, name) is getattr(access, name), name
-    assert {"AccessControl", "Client", "parse_clients", "load_access_control"} <= set(shim.__all__)
 
 
 # --- the package and the deployment -----------------------------------------------------------

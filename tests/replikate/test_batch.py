@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import make_job, make_replicator, metrics_text, publish_all
 from tests.replikate.fake_original import FakeOriginalServer
 from tests.support.publisher import publish_from_another_process
 from tests.support.queues import queue_contents, queue_name
+from tests.support.replikate_jobs import make_job, make_replicator, metrics_text, publish_all
 from zoscii_replikate.pointer import pointer_path
 from zoscii_replikate.replicator import Replicator, RunResult
 from zosciimq.core import DataDir, parse_name
@@ -67,7 +67,7 @@ def test_single_fetch_replication_is_one_fetch_per_message(varied: Varied) -> No
     assert varied.single_result.messages == 150
     one = queue_contents(varied.single_dir, "single")
     assert [d for _, d in one] == [d for _, d in varied.at_source]
-    assert varied.single.client.batch_support is None
+    assert varied.single.client.capabilities.batch_fetch is None
     assert fetches(varied.single) == 151  # one per message, and the one that found nothing
     assert temp_files(varied.single_dir) == []
 
@@ -110,7 +110,7 @@ def test_batched_replication_equals_single_fetch_replication(
     assert [d for _, d in many] == [d for _, d in one] == [d for _, d in at_source]
     assert all(parse_name(name).retention_days == 12 for name, _ in many)
     assert read_pointer(pointer_path(DataDir(tmp_path), batched.job)) == at_source[-1][0]
-    assert batched.client.batch_support is True
+    assert batched.client.capabilities.batch_fetch is True
     if batch_bytes >= 50_000:
         assert fetches(batched) < 151 / 2
     assert temp_files(tmp_path) == []
@@ -152,7 +152,7 @@ def test_against_the_original_batches_fall_back_to_single_fetches(
     params = [p for _, _, p in original.requests]
     assert params[0][b"count"] == b"100"
     assert all(b"count" not in p for p in params[1:])  # the client remembered
-    assert replicator.client.batch_support is False
+    assert replicator.client.capabilities.batch_fetch is False
     body = metrics_text(replicator)
     assert 'zoscii_replikate_source_batch_support{replication="test-job"} 0.0' in body
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.replikate.conftest import make_job, make_replicator, metrics_text, publish_all
 from tests.support.queues import queue_contents, queue_name
+from tests.support.replikate_jobs import make_job, make_replicator, metrics_text, publish_all
 from zoscii_replikate import replicator as replicator_module
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.core import DataDir, DataStore

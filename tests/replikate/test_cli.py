@@ -18,7 +18,7 @@ from urllib.error import HTTPError
 import pytest
 
 import zosciimq
-from tests.replikate.conftest import replikate_env
+from tests.support.replikate_jobs import replikate_env
 from zoscii_replikate import __main__ as cli
 
 DOWN_JOB = '[jobs.down]\nsource_url = "http://127.0.0.1:9/"\nsource_queue = "q"\n'

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import publish_all, replikate_env
 from tests.support.queues import queue_contents
+from tests.support.replikate_jobs import publish_all, replikate_env
 from zosciimq.core import DataDir, DataStore
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import requests
 
-from tests.replikate.conftest import make_job, make_replicator, metrics_text
 from tests.support.queues import queue_contents
+from tests.support.replikate_jobs import make_job, make_replicator, metrics_text
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.core import DataDir, Upload
 from zosciimq.core.states import read_pointer

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import make_job, make_replicator
 from tests.replikate.hostile import BOUNDARY, LATER, LATEST, POINTER, HostileServer
+from tests.support.replikate_jobs import make_job, make_replicator
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.core import DataDir, DataStore
 from zosciimq.core.states import read_pointer, write_pointer

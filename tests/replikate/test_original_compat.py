@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import make_job, make_replicator
 from tests.replikate.fake_original import FakeOriginalServer
 from tests.support.queues import queue_contents
+from tests.support.replikate_jobs import make_job, make_replicator
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir, DataStore, parse_name

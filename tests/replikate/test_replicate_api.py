@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.replikate.conftest import make_job, make_replicator, publish_all
 from tests.support.queues import queue_contents, queue_name
+from tests.support.replikate_jobs import make_job, make_replicator, publish_all
 from zoscii_replikate.pointer import pointer_path
 from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir, DataStore, parse_name

@@ -17,14 +17,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.client.proxy import TcpProxy
-from tests.replikate.conftest import (
+from tests.support.queues import queue_contents, queue_name
+from tests.support.replikate_jobs import (
     make_job,
     make_replicator,
     metrics_text,
     publish_all,
     replikate_env,
 )
-from tests.support.queues import queue_contents, queue_name
 from zoscii_replikate.pointer import job_lock, pointer_path
 from zoscii_replikate.service import Service
 from zoscii_replikate.settings import Settings

@@ -24,9 +24,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.replikate.conftest import make_job, make_replicator, publish_all
 from tests.security.figures import TALLY
 from tests.support.queues import queue_contents, queue_name
+from tests.support.replikate_jobs import make_job, make_replicator, publish_all
 from tests.support.wan_proxy import WanProxy
 from zoscii_replikate.replicator import Replicator, RunOutcome, RunResult
 from zoscii_replikate.service import Service

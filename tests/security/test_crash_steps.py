@@ -34,10 +34,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.security.conftest import run
 from tests.security.crash_child import BODY_A, BODY_B, JOURNAL_COMMITTED, STEPS, nonce_of
 from tests.security.figures import TALLY
 from tests.support.queues import publish_body, queue_contents
+from tests.support.volumes import run
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core import wal as walfile
 

@@ -22,9 +22,9 @@ from urllib.parse import quote_from_bytes
 import pytest
 
 from tests.api_fuzz.helpers import make_app
-from tests.security.conftest import tree
 from tests.security.figures import TALLY
 from tests.security.rawhttp import exchange
+from tests.support.volumes import tree
 
 FIELD_LIMIT = 4096
 

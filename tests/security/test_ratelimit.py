@@ -11,8 +11,8 @@ import requests
 
 from tests.security.figures import TALLY
 from tests.support.api_app import make_client
-from zoscii_api.auth import AccessControl, parse_clients
 from zoscii_api.settings import ApiSettings
+from zosciimq.access import AccessControl, parse_clients
 from zosciimq.ratelimit import Admission, ClientAddress, RateLimited, TokenBuckets
 from zosciimq.settings import SettingsError
 
@@ -130,7 +130,7 @@ def test_authenticated_clients_are_limited_by_name_and_bad_guesses_by_address() 
         admission.admit(here, f"Bearer {TOKEN_A}")
     assert refused.value.retry_after == 1
     assert admission.admit(here, f"Bearer {TOKEN_B}").name == "b"  # b has its own
-    from zoscii_api.auth import Unauthenticated
+    from zosciimq.access import Unauthenticated
 
     for _ in range(2):
         with pytest.raises(Unauthenticated):

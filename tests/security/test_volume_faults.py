@@ -25,6 +25,7 @@ from tests.support.api_server import ApiServer
 from tests.support.queues import wal_records
 from zosciimq.core import DataDir
 from zosciimq.core.nonces import Nonces
+from zosciimq.protocol import FRAME_END, FRAMED_BATCH, NONCE, frame_head
 
 # Real mounts under a real gunicorn, a server or two a test. The fast tier has the same
 # rules through the test client: tests/api_fuzz (a full volume), tests/api/test_protocol
@@ -235,8 +236,8 @@ def test_missing_volume_at_start(mount) -> None:
 
 def framed(bodies: list[bytes], nonces: list[str]) -> bytes:
     """A framed batch (PROTOCOL.md, "Framed batch"): each message with its own nonce."""
-    frames = [b"%d n=%s\n" % (len(b), n.encode()) + b for b, n in zip(bodies, nonces, strict=True)]
-    return b"".join(frames) + b"end\n"
+    frames = [frame_head(len(b), {NONCE: n}) + b for b, n in zip(bodies, nonces, strict=True)]
+    return b"".join(frames) + FRAME_END
 
 
 def test_out_of_inodes_in_the_middle_of_a_batch_leaves_nothing_of_it(mount, servers) -> None:
@@ -259,7 +260,7 @@ def test_out_of_inodes_in_the_middle_of_a_batch_leaves_nothing_of_it(mount, serv
             server.url,
             params={"action": "publish", "q": "q"},
             data=body,
-            headers={"Content-Type": "application/vnd.zoscii.batch"},
+            headers={"Content-Type": FRAMED_BATCH},
         )
 
     filler = fill(volume.point / "filler", block=b"")

@@ -6,6 +6,11 @@ data directory; the renderer is fed it directly to prove it escapes every name.
 
 from __future__ import annotations
 
+import fnmatch
+import tomllib
+from pathlib import Path
+
+import zoscii_statissa
 from zoscii_statissa.model import GroupStats, PointerStats, Snapshot
 from zoscii_statissa.report import ReportPage, human_age, human_bytes
 from zoscii_statissa.snapshots import RunStatus
@@ -76,3 +81,16 @@ def test_human_units() -> None:
     assert human_age(None) == "\u2013"
     assert human_age(59) == "59s"
     assert human_age(3 * 86_400 + 7200) == "3d 2h"
+
+
+def test_every_template_ships_in_the_package() -> None:
+    """The pages are read from zoscii_statissa/templates at run time: a file there that
+    package-data does not name would be missing from the image's wheel."""
+    package = Path(zoscii_statissa.__file__).parent
+    project = tomllib.loads((package.parent / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["zoscii_statissa"]
+    files = [str(f.relative_to(package)) for f in (package / "templates").iterdir()]
+    assert {"base.html", "report.html", "queue.html"} <= {Path(f).name for f in files}
+    for name in files:
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name
+

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from zoscii_statissa import scan
 from zoscii_statissa.scan import QUEUE, STORE, Partial, scan_directory
 from zosciimq.core import walk
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import parse_name
 from zosciimq.core.walk import Kind
+from zosciimq.errors import InvalidInput
 
 NOW = 1_773_144_000.0  # 2026-03-10 12:00 UTC
 GUID = "0f0e0d0c-0b0a-4908-8706-050403020100"

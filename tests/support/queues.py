@@ -9,7 +9,7 @@ from pathlib import Path
 
 from zosciimq.client import QueueNotFound, ZosciiClient
 from zosciimq.core import DataDir, QueueStore, Upload
-from zosciimq.core.outgoing import PublishResult
+from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.core.wal import WriteAheadLog
 
 
@@ -81,3 +81,24 @@ def wal_records(data_dir: Path | DataDir, queue: str) -> list[list[bytes]]:
         ]
     finally:
         log.close()
+
+
+def uploads_of(data_dir: DataDir, bodies: list[bytes]) -> list[Upload]:
+    uploads = []
+    for body in bodies:
+        upload = Upload(data_dir)
+        upload.write(body)
+        uploads.append(upload)
+    return uploads
+
+
+def publish_many(queues: QueueStore, data_dir: DataDir, queue: str, bodies, nonces=None, days=1):
+    """``bodies`` in one group commit (``QueueStore.publish_many``); their results."""
+    uploads = uploads_of(data_dir, bodies)
+    try:
+        nonces = nonces or [None] * len(bodies)
+        messages = [Outgoing(u, days, n) for u, n in zip(uploads, nonces, strict=True)]
+        return queues.publish_many(queue, messages)
+    finally:
+        for upload in uploads:
+            upload.discard()

@@ -14,8 +14,8 @@ import pytest
 import zmq
 from zoscii_zmq.pipes import pipe_queue
 
+from tests.support.zmq_gateway import Gateway, connect, pipe_name
 from tests.zmq import wire
-from tests.zmq.conftest import Gateway, connect, pipe_name
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from tests.zmq.conftest import Gateway, connect
+from tests.support.zmq_gateway import Gateway, connect
 
 
 def queue_name() -> str:

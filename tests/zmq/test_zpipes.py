@@ -15,8 +15,8 @@ import time
 import zmq
 from zoscii_zmq.pipes import pipe_queue
 
+from tests.support.zmq_gateway import Gateway, connect, pipe_name
 from tests.zmq import wire
-from tests.zmq.conftest import Gateway, connect, pipe_name
 
 
 def test_the_notes_example_bytes_are_what_the_client_sends() -> None:

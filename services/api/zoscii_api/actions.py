@@ -19,25 +19,21 @@ from werkzeug.wrappers import Request
 from zoscii_api.admin import AdminActions
 from zoscii_api.context import context_of
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.params import BATCH_BODY, RequestParams, whole_number
+from zoscii_api.params import RequestParams, whole_number
 from zoscii_api.responses import Answer, batch_response, envelope, message_response
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
 from zoscii_api.work import WorkActions
-from zosciimq.core import (
-    DataStore,
-    FetchResult,
-    InvalidInput,
-    QueueStore,
-    Upload,
-    parse_name,
-)
+from zosciimq.core import DataStore, FetchResult, QueueStore, Upload, parse_name
 from zosciimq.core.names import clean_nonce, clean_pointer, clean_queue, clean_retention
 from zosciimq.core.nonces import scoped
 from zosciimq.core.outgoing import Outgoing
-from zosciimq.errors import ActionDisabled, MissingMessage, QueueBlocked
+from zosciimq.errors import ActionDisabled, InvalidInput, MissingMessage, QueueBlocked
+from zosciimq.protocol import FRAMED_BATCH, NONCE, RETENTION, TTL
 
 MAX_IDENTIFY_NAMES = 10_000
+# A batch part's options, by the lower-case header names params gives them.
+_NONCE, _RETENTION, _TTL = NONCE.lower(), RETENTION.lower(), TTL.lower()
 Handler = Callable[[Request, RequestParams], Answer]
 
 
@@ -128,10 +124,10 @@ class Actions:
         messages = []
         for number, part in enumerate(parts, 1):
             try:
-                nonce = _nonce(request, part.options.get("x-zoscii-nonce")) or shared_nonce
-                raw_days = part.options.get("x-zoscii-retention")
+                nonce = _nonce(request, part.options.get(_NONCE)) or shared_nonce
+                raw_days = part.options.get(_RETENTION)
                 days = clean_retention(raw_days, 0) if raw_days else retention
-                expires_at = _expiry(part.options.get("x-zoscii-ttl", params.text("ttl")))
+                expires_at = _expiry(part.options.get(_TTL, params.text("ttl")))
             except InvalidInput as exc:
                 raise InvalidInput(f"Message {number} of the batch: {exc}") from None
             messages.append(Outgoing(part.upload, days, nonce, expires_at))
@@ -257,7 +253,7 @@ class Actions:
         return envelope(message="Returned messages identified.", result=renamed)
 
 
-BATCH_BODIES = f"multipart/form-data, {BATCH_BODY}"
+BATCH_BODIES = f"multipart/form-data, {FRAMED_BATCH}"
 
 
 def _nonce(request: Request, raw: str | None) -> str | None:

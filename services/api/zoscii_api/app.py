@@ -24,15 +24,15 @@ from zoscii_api.responses import Answer, envelope
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
 from zoscii_api.work import WorkActions
-from zosciimq.core import DataDir, DataStore, QueueStore, ZosciiError
+from zosciimq.core import DataDir, DataStore, QueueStore
 from zosciimq.core.admin import QueueAdmin
 from zosciimq.core.clock import Clock, utc_now
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.restart import recover_at_start
-from zosciimq.errors import VolumeUnavailable
+from zosciimq.errors import VolumeUnavailable, ZosciiError
 from zosciimq.ratelimit import Admission
 
-log = logging.getLogger("zoscii.api")
+log = logging.getLogger(__name__)
 
 
 def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -> Flask:

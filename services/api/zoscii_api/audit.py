@@ -1,7 +1,7 @@
 """The audit trail of the admin actions: who did what to which queue, and what it changed.
 
 Every admin action that reaches the admin check leaves one line in the logger
-``zoscii.api.audit``, whatever the outcome: ``done`` (info, with what it changed:
+``zoscii_api.audit``, whatever the outcome: ``done`` (info, with what it changed:
 messages and bytes removed, the pointer given), ``refused`` (warning: no or a wrong
 credential, an address outside ZOSCII_ADMIN_ALLOW, GET where POST is needed, a web
 page's request) or ``failed`` (info: the action's own error, a missing queue, a bad time).
@@ -22,7 +22,7 @@ from zoscii_api.metrics import ApiMetrics
 from zosciimq.core.names import clean_queue
 from zosciimq.errors import InvalidInput
 
-log = logging.getLogger("zoscii.api.audit")
+log = logging.getLogger(__name__)
 
 REMOVING = frozenset({"purge", "delete"})
 

@@ -11,7 +11,7 @@ of that socket: the blocked read returns end-of-file at once, the request fails,
 thread is free. The rule is Apache mod_reqtimeout's:
 
 * the request head (line and headers) must be complete ``ZOSCII_HEADER_TIMEOUT_SECONDS``
-  after a thread starts reading it (``zoscii_api.worker``);
+  after a thread starts reading it (``zoscii_api.gunicorn_worker``);
 * the body gets ``ZOSCII_BODY_TIMEOUT_SECONDS``, plus one second for every
   ``ZOSCII_BODY_MIN_RATE`` bytes received: a client keeping above the minimum rate
   never runs out of time, one sending a byte now and then soon does.
@@ -33,7 +33,7 @@ from typing import Any
 
 from zosciimq.errors import ClientTooSlow
 
-log = logging.getLogger("zoscii.api.deadlines")
+log = logging.getLogger(__name__)
 
 SocketOf = Callable[[], socket.socket | None]
 

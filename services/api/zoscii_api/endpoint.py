@@ -28,13 +28,13 @@ from werkzeug.wrappers import Request
 from zoscii_api.actions import Actions, Handler
 from zoscii_api.admin import AdminGate
 from zoscii_api.audit import Audit, queue_label
-from zoscii_api.auth import ADMIN_ACTIONS, GROUP_ACTIONS, Client
 from zoscii_api.context import RequestContext
 from zoscii_api.deadlines import Watchdog, body_deadline
 from zoscii_api.metrics import ApiMetrics
-from zoscii_api.params import BATCH_BODY, RequestParams, query_fields, query_params, read_params
+from zoscii_api.params import RequestParams, query_fields, query_params, read_params
 from zoscii_api.responses import Answer, Reply, envelope
 from zoscii_api.settings import ACTIONS, QUEUE_ACTIONS, ApiSettings
+from zosciimq.access import ADMIN_ACTIONS, GROUP_ACTIONS, Client
 from zosciimq.addresses import DirectPeers, attached_networks
 from zosciimq.core import DataDir, Upload
 from zosciimq.core.groups import clean_group
@@ -48,9 +48,10 @@ from zosciimq.errors import (
     WrongMethod,
     ZosciiError,
 )
+from zosciimq.protocol import FRAMED_BATCH
 from zosciimq.ratelimit import Admission
 
-log = logging.getLogger("zoscii.api")
+log = logging.getLogger(__name__)
 
 PATHS = frozenset({"/", "/index.php"})
 METHODS = frozenset({"GET", "POST", "HEAD"})
@@ -255,7 +256,7 @@ class Endpoint:
             refusal = f"Action '{action}' takes no message: its body is at most {limit} bytes."
         else:
             limit = settings.max_message_bytes * FORM_OVERHEAD + settings.max_field_bytes
-            if query.get("batch") == b"1" or _mimetype(content_type) == BATCH_BODY:
+            if query.get("batch") == b"1" or _mimetype(content_type) == FRAMED_BATCH:
                 limit = max(limit, settings.max_batch_bytes * FORM_OVERHEAD)
             refusal = f"Message larger than the maximum of {settings.max_message_bytes} bytes."
         if request.content_length and request.content_length > limit:
@@ -367,9 +368,9 @@ def _check_raw_body(query: dict[str, bytes], mimetype: str) -> None:
     """A body that is not a form is a message (or a framed batch of them): only publish
     and store take one, and the URL must say which before a byte of it is read."""
     action = _text(query, "action")
-    if mimetype == BATCH_BODY and action != "publish":
+    if mimetype == FRAMED_BATCH and action != "publish":
         raise InvalidInput(
-            f"A {BATCH_BODY} body is a batch publish: put action=publish (with q) in the "
+            f"A {FRAMED_BATCH} body is a batch publish: put action=publish (with q) in the "
             "query string."
         )
     if action not in MESSAGE_ACTIONS:

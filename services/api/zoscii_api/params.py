@@ -9,7 +9,7 @@ message, and the original replicator sends binary messages exactly that way
   publish), as a stream when they are large;
 * ``multipart/form-data`` bodies, through werkzeug's incremental (sans-IO) decoder;
 * ``application/vnd.zoscii.batch`` bodies: a batch publish as length-prefixed frames
-  (``parse_frames``), the cheap way to send many small messages;
+  (``zosciimq.protocol.read_frames``), the cheap way to send many small messages;
 * any other body: the message itself (this project's raw-body publish).
 
 ``msg`` goes straight into an Upload on disk as it arrives, whatever its size; every
@@ -33,7 +33,9 @@ from werkzeug.datastructures import Headers
 from werkzeug.http import parse_options_header
 from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDecoder, NeedData
 
-from zosciimq.core import InvalidInput, TooLarge, Upload, ZosciiError
+from zosciimq.core import Upload
+from zosciimq.errors import InvalidInput, TooLarge, ZosciiError
+from zosciimq.protocol import FRAMED_BATCH, HEADER_PREFIX, read_frames
 
 CHUNK = 1 << 16
 RAW_CHUNK = 1 << 20  # big reads: gunicorn copies its read-ahead buffer on every read
@@ -41,11 +43,7 @@ WHOLE_FORM_BYTES = 1 << 20  # urlencoded bodies up to this size are decoded in o
 MSG = "msg"
 MAX_KEY_BYTES = 64
 FIELDS_PER_LIMIT = 2  # all the fields of a request: at most twice max_field_bytes
-BATCH_BODY = "application/vnd.zoscii.batch"
-FRAME_END = b"end"
-MAX_FRAME_HEADER = 1024  # "<length> n=...&r=...&ttl=...": a nonce is at most 128 bytes
-# A frame's options and the part headers a multipart batch carries them in.
-FRAME_OPTIONS = {"n": "x-zoscii-nonce", "r": "x-zoscii-retention", "ttl": "x-zoscii-ttl"}
+_OPTION_PREFIX = HEADER_PREFIX.lower()
 
 
 class Sink(Protocol):
@@ -68,7 +66,7 @@ class BatchPart:
         # KeyError for every absent name, three of them per message.
         options: dict[str, str] = {}
         for name, value in headers.items() if headers is not None else ():
-            if name[:9].lower() == "x-zoscii-":
+            if name[: len(_OPTION_PREFIX)].lower() == _OPTION_PREFIX:
                 options.setdefault(name.lower(), value)
         return options
 
@@ -403,96 +401,6 @@ def parse_multipart(stream: IO[bytes], boundary: str, collector: ParamCollector)
                     sink = None
 
 
-class _FrameReader:
-    """A framed body read in big blocks: header lines and payload spans cut out of them."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-        self.data = b""
-        self.at = 0
-
-    def _more(self) -> bool:
-        block = self.stream.read(RAW_CHUNK)
-        if not block:
-            return False
-        self.data = self.data[self.at :] + block if self.at < len(self.data) else block
-        self.at = 0
-        return True
-
-    def line(self) -> bytes | None:
-        """The next line without its LF; None when the body ends first."""
-        while True:
-            end = self.data.find(b"\n", self.at, self.at + MAX_FRAME_HEADER + 1)
-            if end >= 0:
-                line, self.at = self.data[self.at : end], end + 1
-                return line
-            if len(self.data) - self.at > MAX_FRAME_HEADER:
-                raise InvalidInput(
-                    f"Malformed batch body: a frame header longer than {MAX_FRAME_HEADER} bytes."
-                )
-            if not self._more():
-                return None
-
-    def copy(self, size: int, sink: Sink) -> None:
-        """The next ``size`` bytes into ``sink``, as they arrive."""
-        while size:
-            if self.at == len(self.data) and not self._more():
-                raise InvalidInput("Malformed batch body: it ends inside a message.")
-            take = min(size, len(self.data) - self.at)
-            sink.write(self.data[self.at : self.at + take])
-            self.at += take
-            size -= take
-
-    def at_end(self) -> bool:
-        return self.at == len(self.data) and not self._more()
-
-
-def parse_frames(stream: IO[bytes], collector: ParamCollector) -> None:
-    """A framed batch (``BATCH_BODY``): each message is a header line then its bytes,
-    and a line ``end`` closes the body::
-
-        <length>[ <options>]\n<length bytes>...end\n
-
-    ``<options>`` are urlencoded ``n``, ``r`` and ``ttl`` of that message, as a
-    multipart batch part's X-ZOSCII-* headers. No per-message parsing beyond that one
-    line (a multipart part costs a header block and a boundary search in Python). The
-    ``end`` line tells a whole body from one cut at a message's end."""
-    reader = _FrameReader(stream)
-    while True:
-        line = reader.line()
-        if line is None:
-            raise InvalidInput("Malformed batch body: it ends before its 'end' line.")
-        if line == FRAME_END:
-            if not reader.at_end():
-                raise InvalidInput("Malformed batch body: bytes after its 'end' line.")
-            return
-        size, _, options = line.partition(b" ")
-        if not size.isdigit() or len(size) > 19:
-            raise InvalidInput(
-                f"Malformed batch body: {line[:40]!r} is not '<length>[ <options>]'."
-            )
-        sink = collector.open_part(_frame_options(options, collector.limit))
-        reader.copy(int(size), sink)
-
-
-def _frame_options(raw: bytes, limit: int) -> dict[str, str]:
-    """A frame's ``n=..&r=..&ttl=..`` as BatchPart options; anything else is refused."""
-    if not raw:
-        return {}
-    options: dict[str, str] = {}
-    for name, value in query_fields(raw, limit).items():
-        header = FRAME_OPTIONS.get(name)
-        if header is None:
-            raise InvalidInput(
-                f"Malformed batch body: unknown frame option '{name}' (n, r and ttl are known)."
-            )
-        try:
-            options[header] = value.decode("ascii")
-        except UnicodeDecodeError:
-            raise InvalidInput(f"Frame option '{name}' must be ASCII.") from None
-    return options
-
-
 def read_params(
     *,
     query: dict[str, bytes],
@@ -590,15 +498,15 @@ def _read_body(
         if "boundary" not in options:
             raise InvalidInput("multipart/form-data without a boundary.")
         parse_multipart(stream, options["boundary"], collector)
-    elif mimetype == BATCH_BODY:
+    elif mimetype == FRAMED_BATCH:
         if query_msg is not None:
             raise InvalidInput("A batch carries its messages in the body, not in 'msg'.")
         collector.start_batch(b"1")
-        parse_frames(stream, collector)
+        read_frames(stream, collector.open_part)
     else:
         if params.batch is not None:
             raise InvalidInput(
-                f"A batch is a multipart/form-data body of 'msg' parts or a {BATCH_BODY} body."
+                f"A batch is a multipart/form-data body of 'msg' parts or a {FRAMED_BATCH} body."
             )
         upload = params.upload = collector.new_upload()
         while chunk := stream.read(RAW_CHUNK):

@@ -10,7 +10,6 @@ body, since a stored message may itself be JSON.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -21,9 +20,17 @@ from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import wrap_file
 
 from zosciimq.errors import RangeNotSatisfiable
+from zosciimq.protocol import (
+    COUNT,
+    LAST,
+    OFFSET,
+    TOTAL_LENGTH,
+    attachment,
+    batch_closing,
+    batch_part_head,
+    envelope_bytes,
+)
 
-SYSTEM = "ZOSCII MQ"
-VERSION = "1.0"
 READ_CHUNK = 1 << 20
 SMALL_MESSAGE = 64 << 10  # sent from memory; larger ones with sendfile
 
@@ -72,24 +79,13 @@ def envelope(
     if result is None and not error:
         body = _plain_envelope(message)  # the frequent replies ("Message published.")
     else:
-        body = _encode(error, message, [] if result is None else result)
+        body = envelope_bytes(error, message, [] if result is None else result)
     return Reply(body, status, "application/json")
-
-
-def _encode(error: str, message: str, result: Any) -> bytes:
-    document = {
-        "system": SYSTEM,
-        "version": VERSION,
-        "error": error,
-        "message": message,
-        "result": result,
-    }
-    return (json.dumps(document, separators=(",", ":")) + "\n").encode()
 
 
 @functools.lru_cache(maxsize=64)
 def _plain_envelope(message: str) -> bytes:
-    return _encode("", message, [])
+    return envelope_bytes("", message, [])
 
 
 def message_response(
@@ -101,7 +97,7 @@ def message_response(
     werkzeug. Either way the bytes come from the already-open file, so a message the
     cleaner deletes meanwhile is still served whole.
     """
-    headers = {"Content-Disposition": f'attachment; filename="{name}"', "Accept-Ranges": "bytes"}
+    headers = {"Content-Disposition": attachment(name), "Accept-Ranges": "bytes"}
     if offset or length:
         if offset >= size:
             file.close()
@@ -109,7 +105,7 @@ def message_response(
                 f"Offset {offset} is at or past the end ({size} bytes).", size=size
             )
         stop = size if length == 0 or offset + length > size else offset + length
-        headers |= {"X-ZOSCII-Offset": str(offset), "X-ZOSCII-Total-Length": str(size)}
+        headers |= {OFFSET: str(offset), TOTAL_LENGTH: str(size)}
         return _part(file, offset, stop, headers, status=200)
     wanted = request.range if "HTTP_RANGE" in request.environ else None  # parsed only if sent
     if wanted is not None and wanted.units == "bytes" and len(wanted.ranges) == 1:
@@ -176,16 +172,10 @@ def batch_response(
     boundary = f"zoscii-{uuid.uuid4().hex}"
     extra = part_headers or [{} for _ in messages]
     heads = [
-        (
-            f"--{boundary}\r\n"
-            "Content-Type: application/octet-stream\r\n"
-            f'Content-Disposition: attachment; filename="{name}"\r\n'
-            + "".join(f"{key}: {value}\r\n" for key, value in more.items())
-            + f"Content-Length: {size}\r\n\r\n"
-        ).encode("ascii")
+        batch_part_head(boundary, name, size, more)
         for (name, _, size), more in zip(messages, extra, strict=True)
     ]
-    closing = f"--{boundary}--\r\n".encode("ascii")
+    closing = batch_closing(boundary)
     total = sum(len(h) + size + 2 for h, (_, _, size) in zip(heads, messages, strict=True))
 
     def body() -> Iterator[bytes]:
@@ -203,8 +193,8 @@ def batch_response(
         body(),
         mimetype="multipart/mixed",
         headers={
-            "X-ZOSCII-Count": str(len(messages)),
-            "X-ZOSCII-Last": messages[-1][0],
+            COUNT: str(len(messages)),
+            LAST: messages[-1][0],
         },
         direct_passthrough=True,
     )

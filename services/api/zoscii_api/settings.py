@@ -6,11 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoscii_api.auth import AccessControl
+from zosciimq.access import AccessControl
 from zosciimq.addresses import is_host_name, parse_network
 from zosciimq.core.policy import PolicySource
 from zosciimq.cors import parse_origins
 from zosciimq.service.config import read_service_env
+from zosciimq.service.logs import log_settings
 from zosciimq.settings import CoreSettings, SettingsError, env_field
 
 ACTIONS = (
@@ -122,7 +123,7 @@ class ApiSettings:
     direct_access: str = env_field("ZOSCII_DIRECT_ACCESS", "local", parse=_direct_access)
     header_timeout_seconds: int = env_field("ZOSCII_HEADER_TIMEOUT_SECONDS", 20, minimum=1)
     # A keep-alive client that came back this quickly last time is waited for on its
-    # thread instead of the poller (zoscii_api.worker); 0 turns that off.
+    # thread instead of the poller (zoscii_api.gunicorn_worker); 0 turns that off.
     keepalive_linger_ms: int = env_field("ZOSCII_KEEPALIVE_LINGER_MS", 5, minimum=0, maximum=1000)
     # The body gets this long, plus 1 s per body_min_rate bytes received.
     body_timeout_seconds: int = env_field("ZOSCII_BODY_TIMEOUT_SECONDS", 60, minimum=1)
@@ -139,6 +140,7 @@ class ApiSettings:
     # Per-queue default retention and limits (ZOSCII_POLICY_FILE, zosciimq.core.policy),
     # read again when the file changes.
     policy: PolicySource = field(default_factory=PolicySource)
+    log: tuple[str, str] = field(default_factory=lambda: log_settings({}))  # level, format
 
     @property
     def data_dir(self) -> Path:
@@ -151,5 +153,6 @@ class ApiSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
-        """Its own variables, and core, access and policy read as every service reads them."""
+        """Its own variables, and core, log, access and policy read as every service reads
+        them."""
         return read_service_env(cls, env)

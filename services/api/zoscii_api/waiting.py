@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from zoscii_api.context import RequestContext
 
-log = logging.getLogger("zoscii.api.waiting")
+log = logging.getLogger(__name__)
 
 
 class QueueWatcher:

@@ -32,6 +32,7 @@ from zoscii_api.waiting import QueueWatcher
 from zosciimq.core.groups import ConsumerGroups, Delivery, Outcome, clean_group
 from zosciimq.core.names import clean_queue
 from zosciimq.errors import Fenced, InvalidInput
+from zosciimq.protocol import delivery_headers
 
 MAX_RECEIPTS = 1000
 
@@ -157,14 +158,9 @@ def _outcomes(outcomes: list[Outcome], done: str, *, many: bool) -> Answer:
 
 
 def _headers(delivery: Delivery) -> dict[str, str]:
-    headers = {
-        "X-ZOSCII-Receipt": delivery.receipt,
-        "X-ZOSCII-Deliveries": str(delivery.deliveries),
-        "X-ZOSCII-Lease-Until": f"{delivery.lease_until:.3f}",
-    }
-    if delivery.ttl_left is not None:
-        headers["X-ZOSCII-TTL"] = str(int(delivery.ttl_left))
-    return headers
+    return delivery_headers(
+        delivery.receipt, delivery.deliveries, delivery.lease_until, delivery.ttl_left
+    )
 
 
 def _number(raw: str | None, name: str) -> int:

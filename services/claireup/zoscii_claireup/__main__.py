@@ -28,7 +28,7 @@ from zosciimq.service import (
     version,
 )
 
-log = logging.getLogger("zoscii_claireup")
+log = logging.getLogger(__package__)  # run with -m, where __name__ is "__main__"
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, what a shell reports for a terminated job
 

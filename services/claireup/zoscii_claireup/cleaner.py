@@ -49,20 +49,12 @@ from zoscii_claireup.report import (
 )
 from zoscii_claireup.retention import ExpiryRule, older_than
 from zoscii_claireup.settings import Settings
-from zosciimq.core import (
-    DataDir,
-    DataStore,
-    InvalidInput,
-    QueueNotFound,
-    QueueStore,
-    ZosciiError,
-    orphans,
-    walk,
-)
+from zosciimq.core import DataDir, DataStore, QueueStore, orphans, walk
 from zosciimq.core.clock import utc_now
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.walk import Found, Kind
+from zosciimq.errors import InvalidInput, QueueNotFound, ZosciiError
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from zosciimq.core.names import MessageName
+from zosciimq.core.names import MessageName, format_stamp
 
 
 def expired_by_definition(name: MessageName, now: datetime) -> bool:
@@ -48,7 +48,7 @@ class ExpiryRule:
         cutoff = self._cutoffs.get(retention_days)
         if cutoff is None:
             try:
-                cutoff = _stamp(self.now - timedelta(days=retention_days))
+                cutoff = format_stamp(self.now - timedelta(days=retention_days))
             except OverflowError:  # now - R days before year 1: nothing is old enough
                 cutoff = ""
             self._cutoffs[retention_days] = cutoff
@@ -56,15 +56,6 @@ class ExpiryRule:
 
     def expired(self, name: MessageName) -> bool:
         return name.stamp <= self.cutoff(name.retention_days)
-
-
-def _stamp(moment: datetime) -> str:
-    """``YYYYMMDDHHNNSS`` zero-padded also before year 1000, where ``strftime("%Y")`` is not
-    (``names.format_stamp`` is only ever given today's time, so it need not care)."""
-    return (
-        f"{moment.year:04d}{moment.month:02d}{moment.day:02d}"
-        f"{moment.hour:02d}{moment.minute:02d}{moment.second:02d}"
-    )
 
 
 def older_than(mtime: float, now: datetime, max_age_seconds: float) -> bool:

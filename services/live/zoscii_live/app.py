@@ -49,7 +49,7 @@ from zosciimq.errors import (
 )
 from zosciimq.ratelimit import Admission
 
-log = logging.getLogger("zoscii_live.app")
+log = logging.getLogger(__name__)
 
 PATHS = frozenset({"/", "/index.php"})
 JSON = "application/json"

@@ -48,10 +48,10 @@ from typing import Any, TypeVar
 from zoscii_live.metrics import LiveMetrics
 from zoscii_live.settings import LiveSettings
 from zosciimq.core import QueueStore
-from zosciimq.core.errors import QueueNotFound
 from zosciimq.core.watch import Changes, Unavailable, local_notifications
+from zosciimq.errors import QueueNotFound
 
-log = logging.getLogger("zoscii_live.follow")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ROUND_MESSAGES = 1000  # names one round reads at most (it goes on at once if there are more)

@@ -31,7 +31,7 @@ from zoscii_live.replies import envelope, head
 if TYPE_CHECKING:
     from zoscii_live.stream import WebSocket
 
-log = logging.getLogger("zoscii_live.http")
+log = logging.getLogger(__name__)
 
 SEND_CHUNK = 256 << 10  # a large message is read and sent in pieces of this size
 MAX_QUEUED = 8  # pipelined requests held while one is answered; past it reading pauses

@@ -23,8 +23,8 @@ from http import HTTPStatus
 
 from websockets.frames import Close, Frame, Opcode
 
-SYSTEM = "ZOSCII MQ"
-VERSION = "1.0"
+from zosciimq import protocol
+
 # Browsers reconnect an EventSource this long after it closed (SSE "retry").
 SSE_RETRY_MS = 1000
 SSE_HEARTBEAT = b": keep-alive\n\n"
@@ -63,30 +63,19 @@ def prefix_of(status: int, headers: Mapping[str, str]) -> bytes:
 def envelope(*, error: str = "", message: str = "", result: object = None) -> bytes:
     if result is None and not error:
         return _plain_envelope(message)
-    return _encode(error, message, [] if result is None else result)
+    return protocol.envelope_bytes(error, message, [] if result is None else result)
 
 
 @functools.lru_cache(maxsize=64)
 def _plain_envelope(message: str) -> bytes:
-    return _encode("", message, [])
-
-
-def _encode(error: str, message: str, result: object) -> bytes:
-    document = {
-        "system": SYSTEM,
-        "version": VERSION,
-        "error": error,
-        "message": message,
-        "result": result,
-    }
-    return (json.dumps(document, separators=(",", ":")) + "\n").encode()
+    return protocol.envelope_bytes("", message, [])
 
 
 def message_headers(name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """A message as fetch answers it (the api's ``message_response``)."""
     return {
         "Content-Type": "application/octet-stream",
-        "Content-Disposition": f'attachment; filename="{name}"',
+        "Content-Disposition": protocol.attachment(name),
         "Accept-Ranges": "bytes",
         **(extra or {}),
     }
@@ -96,10 +85,10 @@ def partial_headers(name: str, offset: int, total: int) -> dict[str, str]:
     """An ``offset``/``length`` read of a message (the api's, without Accept-Ranges)."""
     return {
         "Content-Type": "application/octet-stream",
-        "Content-Disposition": f'attachment; filename="{name}"',
+        "Content-Disposition": protocol.attachment(name),
         "Accept-Ranges": "bytes",
-        "X-ZOSCII-Offset": str(offset),
-        "X-ZOSCII-Total-Length": str(total),
+        protocol.OFFSET: str(offset),
+        protocol.TOTAL_LENGTH: str(total),
     }
 
 
@@ -111,22 +100,14 @@ def multipart(
     extra = part_headers or [{} for _ in parts]
     chunks: list[bytes] = []
     for (name, data), more in zip(parts, extra, strict=True):
-        chunks.append(
-            (
-                f"--{boundary}\r\n"
-                "Content-Type: application/octet-stream\r\n"
-                f'Content-Disposition: attachment; filename="{name}"\r\n'
-                + "".join(f"{key}: {value}\r\n" for key, value in more.items())
-                + f"Content-Length: {len(data)}\r\n\r\n"
-            ).encode("ascii")
-        )
+        chunks.append(protocol.batch_part_head(boundary, name, len(data), more))
         chunks.append(data)
         chunks.append(b"\r\n")
-    chunks.append(f"--{boundary}--\r\n".encode("ascii"))
+    chunks.append(protocol.batch_closing(boundary))
     headers = {
         "Content-Type": f"multipart/mixed; boundary={boundary}",
-        "X-ZOSCII-Count": str(len(parts)),
-        "X-ZOSCII-Last": parts[-1][0],
+        protocol.COUNT: str(len(parts)),
+        protocol.LAST: parts[-1][0],
     }
     return headers, b"".join(chunks)
 

@@ -20,7 +20,7 @@ from zoscii_live.metrics import LiveMetrics
 from zoscii_live.settings import LiveSettings
 from zosciimq.service import EXIT_FAILED, EXIT_OK
 
-log = logging.getLogger("zoscii_live.service")
+log = logging.getLogger(__name__)
 
 BACKLOG = 4096
 SPARE_FILES = 64  # open files besides the connections: the data directory, the watch...

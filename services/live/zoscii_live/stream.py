@@ -44,9 +44,9 @@ from zoscii_live.replies import (
 )
 from zosciimq.errors import QueueNotFound
 
-log = logging.getLogger("zoscii_live.stream")
+log = logging.getLogger(__name__)
 # websockets logs every connection at INFO: ten thousand readers, twenty thousand lines
-_QUIET = logging.getLogger("zoscii_live.stream.websockets")
+_QUIET = logging.getLogger(f"{__name__}.websockets")
 _QUIET.setLevel(logging.WARNING)
 
 CATCH_UP_MESSAGES = 100

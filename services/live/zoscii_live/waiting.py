@@ -33,8 +33,9 @@ from zoscii_live.replies import (
 )
 from zosciimq.core.groups import ConsumerGroups, Delivery
 from zosciimq.errors import RangeNotSatisfiable, ZosciiError
+from zosciimq.protocol import delivery_headers
 
-log = logging.getLogger("zoscii_live.waiting")
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
 MAX_ANSWERS = 1024  # answers a follower keeps for readers behind its cursor
@@ -482,11 +483,6 @@ class GroupWork:
 
 
 def _receipt_headers(delivery: Delivery) -> dict[str, str]:
-    headers = {
-        "X-ZOSCII-Receipt": delivery.receipt,
-        "X-ZOSCII-Deliveries": str(delivery.deliveries),
-        "X-ZOSCII-Lease-Until": f"{delivery.lease_until:.3f}",
-    }
-    if delivery.ttl_left is not None:
-        headers["X-ZOSCII-TTL"] = str(int(delivery.ttl_left))
-    return headers
+    return delivery_headers(
+        delivery.receipt, delivery.deliveries, delivery.lease_until, delivery.ttl_left
+    )

@@ -101,7 +101,7 @@ from zosciimq.errors import (
     ZosciiError,
 )
 
-log = logging.getLogger("zoscii_phpmq.gateway")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 FULL_LOOK_SECONDS = 1.0  # a waiting consumer asks the group at least this often

@@ -23,7 +23,7 @@ from zoscii_replikate import pointer
 from zoscii_replikate.service import Service
 from zoscii_replikate.settings import CONFIG_VAR, Settings
 from zosciimq.core import DataDir
-from zosciimq.core.errors import InvalidInput
+from zosciimq.errors import InvalidInput
 from zosciimq.service import (
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -37,7 +37,7 @@ from zosciimq.settings import SettingsError
 
 EXIT_BUSY = 3  # pointer reset while the job runs somewhere
 
-log = logging.getLogger("zoscii.replikate")
+log = logging.getLogger(__package__)  # run with -m, where __name__ is "__main__"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.layout import DataDir
 from zosciimq.core.locking import FileLock
 from zosciimq.core.names import clean_pointer
 from zosciimq.core.states import read_pointer, state_path, write_pointer
+from zosciimq.errors import InvalidInput
 
 if TYPE_CHECKING:  # settings imports this module to refuse two jobs on one pointer file
     from zoscii_replikate.settings import JobConfig

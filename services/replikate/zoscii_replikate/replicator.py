@@ -53,12 +53,12 @@ from zosciimq.client import ReplyInfo, TransportOptions, TruncatedReply, ZosciiC
 from zosciimq.client.errors import ZosciiClientError
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload, parse_name
 from zosciimq.core.clock import Clock, utc_now
-from zosciimq.core.errors import InvalidInput, StorageFull, TooLarge, ZosciiError
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.states import read_pointer, write_pointer
 from zosciimq.core.upload import remove_uploads, sync_uploads
+from zosciimq.errors import InvalidInput, StorageFull, TooLarge, ZosciiError
 
-log = logging.getLogger("zoscii.replikate")
+log = logging.getLogger(__name__)
 
 WAIT_SLICE_SECONDS = 5  # one long-poll at most: a stop takes effect within this
 WAIT_MARGIN_SECONDS = 1.0  # the waiting ends this long before the next scheduled run
@@ -462,7 +462,7 @@ class Replicator:
                     max_bytes=self.job.batch_bytes,
                     wait=held,
                 )
-                support = self.client.batch_support
+                support = self.client.capabilities.batch_fetch
                 if support is not None:
                     self.metrics.batch_support.labels(self.job.name).set(int(support))
             else:

@@ -36,7 +36,7 @@ from zosciimq.core.restart import recover_at_start
 from zosciimq.service import Health, OpsServer
 from zosciimq.service.ops import ops_app
 
-log = logging.getLogger("zoscii.replikate")
+log = logging.getLogger(__name__)
 
 MAX_THREADS = 8
 

@@ -28,7 +28,7 @@ from zosciimq.service import (
 )
 from zosciimq.settings import CoreSettings
 
-log = logging.getLogger("zoscii_statissa")
+log = logging.getLogger(__package__)  # run with -m, where __name__ is "__main__"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -35,8 +35,8 @@ from zoscii_statissa.forms import FormTokens, credential, cross_site
 from zoscii_statissa.relay import ApiRelay, Caller, RelayError
 from zoscii_statissa.report import environment
 from zosciimq.core.admin import parse_utc
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import is_message_name
+from zosciimq.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -52,90 +52,6 @@ SIGN_IN = (
     "Sign in with the operator's token: user name <b>admin</b>, the token as password "
     "(<code>make up</code> printed it; it is kept in <code>secrets/admin-token</code>)."
 )
-
-ADMIN_STYLE = """\
-  .action-bar form { display:flex; flex-wrap:wrap; gap:6px; align-items:center; }
-  .action-bar input, .confirm input { font:inherit; padding:4px 8px; border-radius:6px;
-           border:1px solid #cbd5e1; min-width:0; max-width:100%; }
-  .action-bar input { width:21em; }
-  button.danger { border-color:#fda29b; color:var(--bad); }
-  button.danger:hover { background:var(--badbg); }
-  .confirm { padding:0 16px 16px; }
-  .confirm form { display:flex; flex-direction:column; gap:8px; max-width:32em; }
-  .confirm .row { display:flex; flex-wrap:wrap; gap:8px; align-items:center; }
-  dl.result { display:grid; grid-template-columns:max-content 1fr; gap:4px 16px;
-              padding:12px 16px; margin:0; }
-  dl.result dt { color:var(--muted); }
-  dl.result dd { margin:0; font-family:ui-monospace,Menlo,Consolas,monospace;
-                 overflow-wrap:anywhere; }
-"""
-
-BAR_TEMPLATE = """\
-<form method="get" action="{{ base }}/admin/purge" class="admin">
-  <input name="before" aria-label="purge before"
-    title="Only the messages before this time (with its zone) or this message name; empty: all"
-    placeholder="before 2025-01-01T14:00:00Z (optional)">
-  <button type="submit" id="purge" class="danger">Purge&hellip;</button></form>
-<form method="get" action="{{ base }}/admin/delete" class="admin">
-  <button type="submit" id="delete" class="danger">Delete queue&hellip;</button></form>
-<form method="get" action="{{ base }}/admin/replay" class="admin">
-  <input name="since" aria-label="replay since" required
-    placeholder="since 2025-01-01T14:00:00Z">
-  <button type="submit" id="replay">Replay from&hellip;</button></form>
-"""
-
-PAGE_TEMPLATE = """\
-<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{ title }} {{ queue }} &middot; ZOSCII MQ console</title>
-<style>{{ style }}{{ admin_style }}</style>
-</head>
-<body>
-<header>
-  <h1><a href="{{ root }}">ZOSCII MQ console</a> / <a
-    href="{{ root }}queues/{{ queue|urlencode }}" class="qname">{{ queue }}</a> / {{ action }}</h1>
-  <div class="meta">Admin actions are carried out by the api, with your credentials.</div>
-</header>
-<main>
-{% if error %}<div class="banner bad" role="alert" id="error"><strong>{{ error_title }}</strong>:
-  {{ error }}</div>{% endif %}
-{% if stage == "confirm" %}
-<section id="confirm-step">
-<h2>{{ title }} queue {{ queue }}?</h2>
-<div class="confirm">
-<p>{{ what }}</p>
-{% if figures %}<p class="muted" id="figures">The api counts {{ num(figures.messages) }}
-  message(s), {{ size(figures.bytes) }}, in the queue now{% if figures.oldest_at %}
-  (oldest {{ figures.oldest_at }}, newest {{ figures.newest_at }}){% endif %}.</p>{% endif %}
-<form method="post" action="{{ action }}">
-  <input type="hidden" name="token" value="{{ token }}">
-  {% if parameter %}<input type="hidden" name="{{ parameter }}" value="{{ value }}">{% endif %}
-  {% if retype %}<label for="confirm">Type the queue name <b>{{ queue }}</b> to confirm:</label>
-  <input id="confirm" name="confirm" autocomplete="off" spellcheck="false" required>{% endif %}
-  <div class="row"><button type="submit" id="confirm-button"{% if retype %}
-    class="danger"{% endif %}>{{ button }}</button>
-  <a href="{{ root }}queues/{{ queue|urlencode }}">Cancel</a></div>
-</form>
-</div>
-</section>
-{% elif stage == "done" %}
-<section id="result">
-<h2>{{ done_title }}</h2>
-<dl class="result">{% for key, value in result %}<dt>{{ key }}</dt>
-  <dd id="result-{{ key|replace(' ', '-') }}">{{ value }}</dd>{% endfor %}</dl>
-{% if note %}<p class="pad muted">{{ note }}</p>{% endif %}
-</section>
-{% endif %}
-<footer><a href="{{ root }}queues/{{ queue|urlencode }}">Back to {{ queue }}</a> &middot;
-  <a href="{{ root }}">All queues</a> &middot; times are UTC</footer>
-</main>
-</body>
-</html>
-"""
-
 
 @dataclass(frozen=True)
 class Page:
@@ -156,9 +72,9 @@ class AdminPanel:
     def __init__(self, relay: ApiRelay | None, tokens: FormTokens | None = None) -> None:
         self.relay = relay
         self.tokens = tokens or FormTokens()
-        env = environment(admin_style=Markup(ADMIN_STYLE))
-        self._bar = env.from_string(BAR_TEMPLATE)
-        self._page = env.from_string(PAGE_TEMPLATE)
+        env = environment()
+        self._bar = env.get_template("admin_bar.html")
+        self._page = env.get_template("admin.html")
 
     # --- the queue page ------------------------------------------------------------------
     def actions_for(self, environ: Mapping[str, Any], queue: str) -> tuple[list[Markup], str]:

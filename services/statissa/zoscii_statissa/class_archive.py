@@ -29,7 +29,7 @@ from zoscii_statissa.spark import SparkScanner, spark_conf
 from zosciimq.core import DataDir, QueueStore, Upload
 from zosciimq.core.outgoing import Outgoing
 
-log = logging.getLogger("zoscii_statissa.class_archive")
+log = logging.getLogger(__name__)
 JVM_EXIT_SECONDS = 120
 
 

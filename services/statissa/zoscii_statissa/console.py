@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from jinja2 import Environment
 from markupsafe import Markup, escape
 
-from zoscii_statissa.admin_pages import ADMIN_STYLE
 from zoscii_statissa.history import (
     History,
     HistoryPoint,
@@ -292,145 +291,14 @@ def latest_names(
 
 
 # --- the queue page ---------------------------------------------------------------------
-QUEUE_TEMPLATE = """\
-<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{ queue }} &middot; ZOSCII MQ console</title>
-<style>{{ style }}{{ admin_style }}</style>
-</head>
-<body>
-<header>
-  <h1><a href="../">ZOSCII MQ console</a> / <span class="qname">{{ queue }}</span></h1>
-  <div class="meta">{% if snapshot %}Figures of {{ when(snapshot.generated_at) }} (UTC){% endif %}
-  </div>
-</header>
-<main>
-{% if status.last_run_success == false %}
-  <div class="banner bad" role="alert"><strong>The last computation failed</strong>:
-  {{ status.last_error }}. The figures below are the last good ones.</div>
-{% endif %}
-{% if stats is none %}
-  <div class="banner info">No figures for this queue yet{% if not snapshot %}: the first
-  computation has not finished{% endif %}.</div>
-{% else %}
-<div class="cards">
-  <div class="card"><div class="v" id="depth">{{ num(stats.messages) }}</div>
-    <div class="k">messages</div></div>
-  <div class="card"><div class="v">{{ size(stats.bytes) }}</div><div class="k">stored</div></div>
-  <div class="card"><div class="v">{{ age(stats.oldest_age_seconds) }}</div>
-    <div class="k">oldest message age</div></div>
-  <div class="card"><div class="v">{{ num(stats.published_last_hour) }}</div>
-    <div class="k">published, last hour</div></div>
-  <div class="card"><div class="v">{{ num(stats.published_last_24h) }}</div>
-    <div class="k">published, last 24 h</div></div>
-  <div class="card"><div class="v{% if stats.expired %} warn{% endif %}">{{
-    num(stats.expired) }}</div>
-    <div class="k">past retention</div></div>
-  <div class="card"><div class="v{% if dead_lettered %} warn{% endif %}">{{
-    num(dead_lettered) }}</div>
-    <div class="k">dead-lettered (all groups)</div></div>
-</div>
-{% endif %}
-
-<section class="actions" id="actions" aria-label="Actions">
-<h2>Actions</h2>
-{# The api's admin actions (admin_pages.AdminPanel): shown only to callers the api
-   lets use them; every one asks for confirmation first. #}
-{% if actions %}<div class="action-bar">{% for a in actions %}{{ a }}{% endfor %}</div>
-{% else %}<p class="muted pad" id="actions-note">{{ actions_note or
-  "No actions available here." }}</p>{% endif %}
-</section>
-
-<section>
-<h2>Trends {{ ranges() }}</h2>
-{% if history_error %}<p class="muted pad warn">History is not being written:
-{{ history_error }}</p>{% endif %}
-<div class="charts">{% for c in charts %}{{ chart(c) }}{% endfor %}</div>
-</section>
-
-<section>
-<h2>Consumer groups</h2>
-{% if groups %}
-<table>
-<thead><tr><th class="name">Group</th><th>Lag (waiting)</th><th>Leased</th><th>Acked</th>
-  <th>Redelivered</th><th>Dead-lettered</th><th class="name">Dead-letter queue</th>
-  <th>Oldest unacked age</th></tr></thead>
-<tbody>
-{% for g in groups %}
-<tr>
-  <td class="name">{{ g.group }}</td>
-  {% if g.error %}<td class="name warn" colspan="7">unreadable: {{ g.error }}</td>
-  {% else %}<td>{{ num(g.waiting) }}</td><td>{{ num(g.leased) }}</td>
-  <td>{{ num(g.acked) }}</td><td>{{ num(g.redelivered) }}</td>
-  <td{% if g.dead_lettered %} class="warn"{% endif %}>{{ num(g.dead_lettered) }}</td>
-  <td class="name">{% if g.dead_letter_queue %}<a href="{{ g.dead_letter_queue|urlencode }}">{{
-    g.dead_letter_queue }}</a>{% endif %}</td>
-  <td{% if g.oldest_unacked %} title="{{ g.oldest_unacked }}"{% endif %}>
-    {{ age(g.oldest_unacked_age_seconds) }}</td>{% endif %}
-</tr>
-{% endfor %}
-</tbody>
-</table>
-{% else %}<p class="muted pad">No consumer groups.</p>{% endif %}
-</section>
-
-{% if live_url %}
-<section id="live" data-url="{{ live_url }}" data-queue="{{ queue }}" data-after="{{ live_after }}">
-<h2>Live <span class="muted live-status">connecting&hellip;</span></h2>
-{# live.js follows the queue over the live service's stream (Server-Sent Events) and
-   lists what is published while the page is open; a reload resumes where it was. #}
-<ol class="live-messages"></ol>
-<noscript><p class="muted pad">The live view needs JavaScript.</p></noscript>
-</section>
-<script src="../live.js" defer></script>
-{% endif %}
-
-<section>
-<h2>Latest messages</h2>
-{% if names_error %}<p class="muted pad warn">Cannot list the queue: {{ names_error }}</p>
-{% elif names %}
-{% if names_note %}<p class="muted pad" id="names-note">{{ names_note }}</p>{% endif %}
-<table class="latest">
-<thead><tr><th class="name">Name</th><th>Published (UTC)</th><th>Retention</th>
-  <th>Size</th></tr></thead>
-<tbody>
-{% for n in names %}
-<tr><td class="name"><a href="{{ queue|urlencode }}/messages/{{ n.name|urlencode }}">{{
-  n.name }}</a></td><td>{{ n.published }}</td>
-  <td>{{ n.retention_days }} d</td>
-  <td>{{ "\u2013" if n.size is none else size(n.size) }}</td></tr>
-{% endfor %}
-</tbody>
-</table>
-{% else %}<p class="muted pad">No messages.</p>{% endif %}
-</section>
-
-<footer><a href="../">All queues</a> &middot; <a href="../stats.json">stats.json</a>
-  &middot; <a href="../history.json?range={{ range_key }}">history.json</a>
-  &middot; times are UTC</footer>
-</main>
-</body>
-</html>
-"""
-
-RANGES_MACRO = """\
-{% macro ranges() %}<span class="ranges">{% for key in range_keys %}
-<a href="?range={{ key }}"{% if key == range_key %} class="on" aria-current="true"{% endif %}>{{
-  key }}</a>{% endfor %}</span>{% endmacro %}
-"""
-
-
 def _environment() -> Environment:
     """The pages' environment (``report.environment``) with the chart ranges."""
-    return environment(range_keys=tuple(RANGES), admin_style=Markup(ADMIN_STYLE))
+    return environment(range_keys=tuple(RANGES))
 
 
 class QueuePage:
     def __init__(self) -> None:
-        self._template = _environment().from_string(RANGES_MACRO + QUEUE_TEMPLATE)
+        self._template = _environment().get_template("queue.html")
 
     def render(
         self,
@@ -479,23 +347,11 @@ class QueuePage:
         )
 
 
-TRENDS_TEMPLATE = """\
-<section id="trends">
-<h2>Trends {{ ranges() }}</h2>
-{% if history_error %}<p class="muted pad warn">History is not being written:
-{{ history_error }}</p>{% endif %}
-{% if hidden %}<p class="muted pad">The {{ shown }} deepest of {{ total }} queues; every
-queue has its own page.</p>{% endif %}
-<div class="charts">{% for c in charts %}{{ chart(c, link=link) }}{% endfor %}</div>
-</section>
-"""
-
-
 class TrendsSection:
     """The charts section of the front page (rendered into ``ReportPage``)."""
 
     def __init__(self) -> None:
-        self._template = _environment().from_string(RANGES_MACRO + TRENDS_TEMPLATE)
+        self._template = _environment().get_template("trends.html")
 
     def render(
         self,

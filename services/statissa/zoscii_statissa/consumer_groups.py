@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 
 from zoscii_statissa.model import ConsumerGroupStats
-from zosciimq.core.errors import InvalidInput, ZosciiError
 from zosciimq.core.groups import ConsumerGroups, dead_letter_queue
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import parse_name
 from zosciimq.core.queues import QueueStore
+from zosciimq.errors import InvalidInput, ZosciiError
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 
 from zoscii_statissa.model import PointerStats
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import parse_name
 from zosciimq.core.states import iter_state_files, read_pointer
+from zosciimq.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

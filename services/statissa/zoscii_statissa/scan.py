@@ -24,11 +24,11 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.layout import DataDir
-from zosciimq.core.names import MessageName, parse_name, stamp_datetime
+from zosciimq.core.names import MessageName, is_unidentified, parse_name, stamp_datetime
 from zosciimq.core.store import fanout_roots
 from zosciimq.core.walk import MESSAGE_SUFFIX, STORE_DEPTH
+from zosciimq.errors import InvalidInput
 
 HOURS = 24
 DAY_SECONDS = 86_400
@@ -49,7 +49,6 @@ _PLAIN_NAME = re.compile(
 )
 _STAMP = slice(0, 14)
 _RETENTION = slice(19, 23)
-_UNIDENTIFIED_SUFFIX = "-u.bin"
 _STAMP_CACHE_LIMIT = 1 << 16  # distinct stamps remembered per directory (~6 MB at most)
 # A stamp that is no real time: the name goes to parse_name (so does 19691231235959, whose
 # Unix time is -1 too: parse_name then counts it, only slower).
@@ -102,10 +101,6 @@ class Partial:
             unrecognised=self.unrecognised + other.unrecognised,
             hourly=[a + b for a, b in zip(self.hourly, other.hourly, strict=True)],
         )
-
-
-def merge_partials(a: Partial, b: Partial) -> Partial:
-    return a.merge(b)
 
 
 def merge_into(totals: dict[GroupKey, Partial], more: Iterable[tuple[GroupKey, Partial]]) -> None:
@@ -225,7 +220,7 @@ def _fold_directory(directory: str, now: float, partial: Partial, stamps: dict[s
                     expired += 1
                 if expires <= soon:
                     expiring += 1
-                if name.endswith(_UNIDENTIFIED_SUFFIX):
+                if is_unidentified(name):
                     unidentified += 1
                 age = now - published
                 if age < DAY_SECONDS:

@@ -52,9 +52,9 @@ from zoscii_statissa.report import ReportPage
 from zoscii_statissa.snapshots import SnapshotKeeper
 from zosciimq.access import AccessControl, Forbidden, Unauthenticated
 from zosciimq.core import browse
-from zosciimq.core.errors import InvalidInput, MessageNotFound, QueueNotFound
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import is_queue_name
+from zosciimq.errors import InvalidInput, MessageNotFound, QueueNotFound
 from zosciimq.service import Health, register_build_info
 from zosciimq.service.ops import StartResponse, WsgiApp, ops_app
 

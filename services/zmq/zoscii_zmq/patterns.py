@@ -42,11 +42,10 @@ from zoscii_zmq.metrics import ZmqMetrics
 from zoscii_zmq.settings import Settings
 from zoscii_zmq.storage import Storage
 from zosciimq.access import Client
-from zosciimq.core.errors import QueueNotFound
 from zosciimq.core.names import clean_pointer, clean_queue
-from zosciimq.errors import Forbidden, InvalidInput, Unauthenticated, ZosciiError
+from zosciimq.errors import Forbidden, InvalidInput, QueueNotFound, Unauthenticated, ZosciiError
 
-log = logging.getLogger("zoscii_zmq.patterns")
+log = logging.getLogger(__name__)
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 BEARER = b"Bearer "

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zosciimq.core import QueueStore
-from zosciimq.core.errors import QueueNotFound
 from zosciimq.core.pipes import PipeFile, PipeRecord
+from zosciimq.errors import QueueNotFound
 
 if TYPE_CHECKING:
     from zoscii_zmq.zpipes import Session

@@ -42,11 +42,10 @@ from zoscii_zmq.pipes import Cursor, Pipe, Position, pipe_queue
 from zoscii_zmq.settings import Settings
 from zoscii_zmq.storage import Storage
 from zosciimq.access import Client
-from zosciimq.core.errors import QueueNotFound
 from zosciimq.core.pipes import PipeFile, PipeRecord
-from zosciimq.errors import Forbidden, ZosciiError
+from zosciimq.errors import Forbidden, QueueNotFound, ZosciiError
 
-log = logging.getLogger("zoscii_zmq.zpipes")
+log = logging.getLogger(__name__)
 
 SEED_COMMANDS = {b"OPEN": 2, b"CLOSE": 2, b"READ": 2, b"WRITE": 3}
 WRITE_BATCH = 256  # pipelined WRITEs committed together at most

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from zosciimq.cli import exit_codes
 from zosciimq.cli.context import Context
-from zosciimq.core import InvalidInput, parse_name
+from zosciimq.core import parse_name
+from zosciimq.errors import InvalidInput
 
 
 def scan(ctx: Context) -> int:

@@ -24,7 +24,7 @@ has them (this project's api), falling back to single fetches against the origin
 publishes.
 """
 
-from zosciimq.client.batch import BatchMessage
+from zosciimq.client.capabilities import Capabilities
 from zosciimq.client.client import Message, Mode, ZosciiClient, new_nonce
 from zosciimq.client.consumer import Consumer
 from zosciimq.client.download import DownloadResult
@@ -55,6 +55,7 @@ from zosciimq.client.errors import (
     Unauthenticated,
     ZosciiClientError,
 )
+from zosciimq.client.fetch_batch import BatchMessage
 from zosciimq.client.payload import PayloadTooLarge
 from zosciimq.client.pointers import FilePointerStore, MemoryPointerStore, PointerStore
 from zosciimq.client.publish_batch import BatchItem, PublishProgress
@@ -75,6 +76,7 @@ __all__ = [
     "BadMessageName",
     "BatchItem",
     "BatchMessage",
+    "Capabilities",
     "Consumer",
     "DeadLetter",
     "DeadlineExceeded",

@@ -13,11 +13,11 @@ Two modes:
 
 Batch fetch, batch publish (``publish_many``) and long-poll (this project's
 improvements) are used in the default mode only. Whether a server knows batches is
-learnt from its first reply to one and remembered per client (``batch_support``):
-``multipart/mixed`` means yes; a single binary message means no (the original ignores
-``count``), and from then on the client makes single fetches, returning that first
-message as a batch of one. Batch publish is learnt the same way
-(``publish_batch_support``, see publish_batch.py): the first request of a
+learnt from its first reply to one and remembered per client
+(``capabilities.batch_fetch``): ``multipart/mixed`` means yes; a single binary message
+means no (the original ignores ``count``), and from then on the client makes single
+fetches, returning that first message as a batch of one. Batch publish is learnt the same way
+(``capabilities.batch_publish``, see publish_batch.py): the first request of a
 ``publish_many`` carries one message, and a reply without the name list (the
 original's) means single publishes from then on, so no message is ever lost to a server
 that would keep only the last part of a batch.
@@ -45,7 +45,7 @@ from typing import Any, Literal
 import requests
 import urllib3.exceptions
 
-from zosciimq.client.batch import BatchMessage, Spooler, is_batch, read_batch
+from zosciimq.client.capabilities import Capabilities
 from zosciimq.client.consumer import Consumer
 from zosciimq.client.download import Download, DownloadResult, Progress
 from zosciimq.client.errors import (
@@ -58,6 +58,7 @@ from zosciimq.client.errors import (
     TruncatedReply,
     ZosciiClientError,
 )
+from zosciimq.client.fetch_batch import BatchMessage, Spooler, is_batch, read_batch
 from zosciimq.client.payload import MessageSource, Payload
 from zosciimq.client.pointers import PointerStore
 from zosciimq.client.publish_batch import (
@@ -91,7 +92,7 @@ from zosciimq.client.work import (
     receipts_of,
 )
 
-log = logging.getLogger("zosciimq.client")
+log = logging.getLogger(__name__)
 
 Mode = Literal["default", "original", "compat"]
 DEFAULT_STREAM_THRESHOLD = 1 << 20
@@ -144,16 +145,7 @@ class ZosciiClient:
         self.max_envelope_bytes = max_envelope_bytes
         self.max_header_bytes = max_header_bytes
         self.stream_threshold = stream_threshold
-        # None: not known yet; True: the server answered a batch; False: it answered a
-        # batch request with a single message (the original), so single fetches are made.
-        self.batch_support: bool | None = None
-        # The same for batch publish (publish_many): None until a batch of one message
-        # was answered; True: it answered with the name list; False: it answered as a
-        # single publish (the original), so single publishes are made from then on.
-        self.publish_batch_support: bool | None = None
-        # Framed batch bodies (publish_batch): None until a batch reply listed them in
-        # Accept-Post (then True); False once one was refused (an earlier api version).
-        self.publish_frames: bool | None = None
+        self.capabilities = Capabilities()  # what the server was seen to do
 
     def close(self) -> None:
         self.session.close()
@@ -217,7 +209,7 @@ class ZosciiClient:
         Results: ``Published.name`` is the name given; for a message whose nonce had
         been used already (a repeat) ``name`` is None and ``duplicate`` True, and
         nothing was written for it. A server without batch publish (the original, see
-        ``publish_batch_support``) is detected by the first request, which carries one
+        ``capabilities.batch_publish``) is detected by the first request, which carries one
         message only; every other message then goes as a single publish, whose reply
         names nothing (``name`` and ``duplicate`` None). That first message reaches
         the original without a nonce it understands: its ``nonce`` is None. No probe
@@ -373,7 +365,7 @@ class ZosciiClient:
         are kept in memory up to ``memory_limit`` bytes in all and written to unnamed
         temporary files beyond that (``BatchMessage.spooled``); close the messages, or
         let them be collected, to free those. Against a server without batches (see
-        ``batch_support``) each call is a single fetch: at most one message.
+        ``capabilities.batch_fetch``) each call is a single fetch: at most one message.
         """
         spooler = Spooler(memory_limit, spool_dir)
         try:
@@ -411,7 +403,7 @@ class ZosciiClient:
         params = {"action": "fetch", "q": queue}
         if after:
             params["after"] = after
-        batch = count > 1 and not self.original and self.batch_support is not False
+        batch = count > 1 and not self.original and self.capabilities.batch_fetch is not False
         if batch:
             params["count"] = str(count)
             if max_bytes is not None:
@@ -420,9 +412,9 @@ class ZosciiClient:
         method = "POST" if self.original else "GET"
         with self._exchange(method, params, headers=headers, wait=held) as response:
             if batch and is_batch(response):
-                if self.batch_support is not True:
+                if self.capabilities.batch_fetch is not True:
                     log.debug("%s answers batch fetches", self.url)
-                    self.batch_support = True
+                    self.capabilities.batch_fetch = True
                 return read_batch(
                     response,
                     open_sink,
@@ -440,7 +432,7 @@ class ZosciiClient:
                     "batches (the original implementation); single fetches from now on",
                     self.url,
                 )
-                self.batch_support = False
+                self.capabilities.batch_fetch = False
             received = receive_message(
                 response, open_sink, max_bytes=self.max_message_bytes, after=after
             )

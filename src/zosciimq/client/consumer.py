@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from zosciimq.client.batch import BatchMessage
+from zosciimq.client.fetch_batch import BatchMessage
 from zosciimq.client.pointers import MemoryPointerStore, PointerStore
 
 if TYPE_CHECKING:

@@ -22,17 +22,17 @@ a bad part is an error (400/413) and nothing of that request is written.
 The original ignores ``batch=1``: given several ``msg`` parts it publishes only the last
 one and answers ``result: []``. Sending it a batch of more than one message would lose
 the others silently, so a client sends a batch of several only to a server it has seen
-answer one (``ZosciiClient.publish_batch_support``). While that is unknown, the first
+answer one (``ZosciiClient.capabilities.batch_publish``). While that is unknown, the first
 request carries exactly one message, with its nonce and retention as ``n=`` and ``r=``
 (the api takes ``n`` for a batch of one), which either server stores once however
 often it is retried: a ``result`` list of one entry means batches work, ``[]`` means
 they do not, and from then on every message is a single publish.
 
 A server of this project that takes the framed body says so on every batch reply
-(``Accept-Post``, ``ZosciiClient.publish_frames``); until one did, batches are multipart,
-which every version of it reads. A framed batch refused by an api of an earlier version
-(a rolling upgrade behind one address: it refuses before writing anything) goes again
-as multipart, and so does every later batch of that client.
+(``Accept-Post``, ``ZosciiClient.capabilities.framed_publish``); until one did, batches
+are multipart, which every version of it reads. A framed batch refused by an api of an
+earlier version (a rolling upgrade behind one address: it refuses before writing
+anything) goes again as multipart, and so does every later batch of that client.
 
 The body (``MultipartBody`` or ``FramedBody``): the framing in memory, the messages read
 from their bytes or files piece by piece as the request is sent, so a batch of large
@@ -50,18 +50,18 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 from zosciimq.client.errors import NotZosciiReply
 from zosciimq.client.payload import MessageSource, Payload
 from zosciimq.client.replies import Envelope, Published
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import parse_name
+from zosciimq.errors import InvalidInput
+from zosciimq.protocol import FRAME_END, FRAMED_BATCH, NONCE, RETENTION, frame_head
 
 if TYPE_CHECKING:
     from zosciimq.client.client import ZosciiClient
 
-log = logging.getLogger("zosciimq.client")
+log = logging.getLogger(__name__)
 
 DEFAULT_PUBLISH_BATCH_SIZE = 100
 DEFAULT_PUBLISH_BATCH_BYTES = 64 << 20  # the api's default ZOSCII_MAX_BATCH_BYTES
@@ -87,7 +87,6 @@ class BatchItem:
     retention_days: int | None = None
 
 
-FRAMED_BATCH = "application/vnd.zoscii.batch"
 # How an api that reads no framed body refuses one (400, before writing anything).
 MULTIPART_ONLY = "A batch is a multipart/form-data body of 'msg' parts."
 
@@ -185,7 +184,7 @@ class MultipartBody(BatchBody):
     api reads. The boundary is 128 random bits, so it does not occur in the messages
     (the server finds parts by it)."""
 
-    HEADERS = {"nonce": "X-ZOSCII-Nonce", "retention": "X-ZOSCII-Retention"}
+    HEADERS = {"nonce": NONCE, "retention": RETENTION}
 
     def _frame(self, parts: Sequence[tuple[Payload, Mapping[str, str]]]) -> None:
         self.boundary = f"zoscii-{uuid.uuid4().hex}"
@@ -207,20 +206,18 @@ class MultipartBody(BatchBody):
 
 
 class FramedBody(BatchBody):
-    """``application/vnd.zoscii.batch``: ``<length>[ n=..&r=..]\\n`` before each message
-    and ``end\\n`` after the last, which the api reads with a few C calls a message."""
+    """``application/vnd.zoscii.batch`` (``zosciimq.protocol``, beside the api's
+    decoder): a line before each message and ``end`` after the last, which the api reads
+    with a few C calls a message."""
 
-    KEYS = {"nonce": "n", "retention": "r"}
     content_type = FRAMED_BATCH
 
     def _frame(self, parts: Sequence[tuple[Payload, Mapping[str, str]]]) -> None:
+        headers = MultipartBody.HEADERS
         for payload, options in parts:
-            head = str(payload.size)
-            if options:
-                head += " " + urlencode({self.KEYS[k]: v for k, v in options.items()})
-            self._add(f"{head}\n".encode("ascii"))
+            self._add(frame_head(payload.size, {headers[k]: v for k, v in options.items()}))
             self._add(payload)
-        self._add(b"end\n")
+        self._add(FRAME_END)
 
 
 def _read_payload(payload: Payload, offset: int, size: int) -> bytes:
@@ -325,7 +322,7 @@ class BatchRun:
                     yield self._single(first)
                     continue
                 chunk, size = [first], first.size
-                limit = self.batch_size if self.client.publish_batch_support else 1
+                limit = self.batch_size if self.client.capabilities.batch_publish else 1
                 while len(chunk) < limit:
                     following = self._take(source)
                     if following is None:
@@ -372,7 +369,8 @@ class BatchRun:
         if client.original:
             return True
         # A server without batch fetch (the original) has no batch publish either.
-        return client.publish_batch_support is False or client.batch_support is False
+        known = client.capabilities
+        return known.batch_publish is False or known.batch_fetch is False
 
     # --- sending ------------------------------------------------------------------------
     def _single(self, taken: _Taken) -> Published:
@@ -387,7 +385,7 @@ class BatchRun:
         return published
 
     def _batch(self, chunk: list[_Taken]) -> Iterator[Published]:
-        probe = self.client.publish_batch_support is None
+        probe = self.client.capabilities.batch_publish is None
         params = {"action": "publish", "q": self.queue, "batch": "1"}
         parts: list[tuple[Payload, Mapping[str, str]]] = []
         if len(chunk) == 1:
@@ -408,7 +406,7 @@ class BatchRun:
                 if taken.item.retention_days is not None:
                     options["retention"] = str(taken.item.retention_days)
                 parts.append((taken.payload, options))
-        framed = self.client.publish_frames is True and len(parts) > 1
+        framed = self.client.capabilities.framed_publish is True and len(parts) > 1
         try:
             envelope = self._send(params, FramedBody if framed else MultipartBody, parts)
         except InvalidInput as exc:
@@ -418,17 +416,17 @@ class BatchRun:
             # it refused the body before writing anything, so the same batch goes again,
             # and no batch of this client goes framed any more.
             log.info("%s reads multipart batches only; multipart from now on", self.client.url)
-            self.client.publish_frames = False
+            self.client.capabilities.framed_publish = False
             envelope = self._send(params, MultipartBody, parts)
         names = reply_names(envelope.result, len(chunk))
         if names is None:
-            if self.client.publish_batch_support is not False:
+            if self.client.capabilities.batch_publish is not False:
                 log.info(
                     "%s answered a batch publish as a single one: it does not know batches "
                     "(the original implementation); single publishes from now on",
                     self.client.url,
                 )
-            self.client.publish_batch_support = False
+            self.client.capabilities.batch_publish = False
             if len(chunk) > 1:
                 raise NotZosciiReply(
                     f"the server answered a batch of {len(chunk)} messages as a single "
@@ -438,7 +436,7 @@ class BatchRun:
         else:
             if probe:
                 log.debug("%s answers batch publishes", self.client.url)
-                self.client.publish_batch_support = True
+                self.client.capabilities.batch_publish = True
             published = [
                 Published(
                     nonce=taken.item.nonce,
@@ -464,10 +462,11 @@ class BatchRun:
             "POST", params, body=body, headers={"Content-Type": body.content_type}
         ) as response:
             envelope = self.client._envelope(response)
-            if self.client.publish_frames is None and FRAMED_BATCH in response.headers.get(
+            known = self.client.capabilities
+            if known.framed_publish is None and FRAMED_BATCH in response.headers.get(
                 "Accept-Post", ""
             ):
-                self.client.publish_frames = True
+                known.framed_publish = True
         return envelope
 
     def _retention(self, item: BatchItem) -> int | None:

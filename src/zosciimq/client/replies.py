@@ -25,10 +25,10 @@ from zosciimq.client.errors import (
     TruncatedReply,
     server_error,
 )
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import parse_name
+from zosciimq.errors import InvalidInput
+from zosciimq.protocol import OFFSET, TOTAL_LENGTH, is_envelope
 
-SYSTEM = "ZOSCII MQ"
 READ_CHUNK = 1 << 16
 
 
@@ -137,7 +137,7 @@ def read_envelope(response: requests.Response, max_bytes: int) -> Envelope:
             f"HTTP {status} {_content_type(response)} reply is not JSON: {_snippet(raw)}",
             status=status,
         ) from None
-    if not isinstance(body, dict) or body.get("system") != SYSTEM:
+    if not is_envelope(body):
         raise NotZosciiReply(
             f"HTTP {status} JSON reply is not a ZOSCII MQ envelope: {_snippet(raw)}",
             status=status,
@@ -231,9 +231,9 @@ def read_limited(response: requests.Response, max_bytes: int) -> bytes:
 
 def _span(response: requests.Response) -> tuple[int, int | None]:
     """Where a partial reply starts and the whole message's length (offset/length or Range)."""
-    offset = _int_header(response, "X-ZOSCII-Offset")
+    offset = _int_header(response, OFFSET)
     if offset is not None:
-        return offset, _int_header(response, "X-ZOSCII-Total-Length")
+        return offset, _int_header(response, TOTAL_LENGTH)
     content_range = response.headers.get("Content-Range", "")
     if response.status_code == 206 and content_range.startswith("bytes "):
         span, _, total = content_range[6:].partition("/")

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
 
-from zosciimq.client.batch import BatchMessage
 from zosciimq.client.errors import NotZosciiReply
+from zosciimq.client.fetch_batch import BatchMessage
 from zosciimq.core import groups
-from zosciimq.core.errors import InvalidInput
+from zosciimq.errors import InvalidInput
+from zosciimq.protocol import DELIVERIES, LEASE_UNTIL, RECEIPT, TTL
 
 OutcomeResult = Literal["ok", "fenced", "unknown"]
 _RESULTS = ("ok", "fenced", "unknown")
@@ -136,18 +137,18 @@ def dead_letter_queue(queue: str, group: str) -> str:
 
 def leased(queue: str, group: str, body: BatchMessage, headers: Mapping[str, str]) -> LeasedMessage:
     """A message of a consume reply, from its (or its part's) headers."""
-    receipt = headers.get("X-ZOSCII-Receipt", "")
+    receipt = headers.get(RECEIPT, "")
     if not receipt.startswith(f"{body.name}:"):
         raise NotZosciiReply(f"leased message {body.name} without a receipt for it")
-    ttl = headers.get("X-ZOSCII-TTL")
+    ttl = headers.get(TTL)
     return LeasedMessage(
         queue=queue,
         group=group,
         body=body,
         receipt=receipt,
-        deliveries=_number(headers, "X-ZOSCII-Deliveries", int),
-        lease_until=_number(headers, "X-ZOSCII-Lease-Until", float),
-        ttl=None if ttl is None else _number(headers, "X-ZOSCII-TTL", float),
+        deliveries=_number(headers, DELIVERIES, int),
+        lease_until=_number(headers, LEASE_UNTIL, float),
+        ttl=None if ttl is None else _number(headers, TTL, float),
     )
 
 

@@ -64,7 +64,7 @@ from zosciimq.core.groups import DEFAULT_MAX_DELIVERIES  # the server's, as ship
 if TYPE_CHECKING:
     from zosciimq.client.client import ZosciiClient
 
-log = logging.getLogger("zosciimq.worker")
+log = logging.getLogger(__name__)
 
 Handler = Callable[[LeasedMessage], object]
 Settled = Literal["acked", "requeued", "dead-lettered", "lost"]

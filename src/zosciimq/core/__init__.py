@@ -2,18 +2,10 @@
 
 Every service imports this package; nothing else touches the data directory's layout.
 The layout is the one in PROTOCOL.md section 1, so the original PHP implementation
-can serve a directory written here and the other way round.
+can serve a directory written here and the other way round. Its errors are
+``zosciimq.errors``, shared with the HTTP layer and the client.
 """
 
-from zosciimq.core.errors import (
-    InvalidInput,
-    MessageNotFound,
-    QueueNotFound,
-    StorageFull,
-    TooLarge,
-    TryAgain,
-    ZosciiError,
-)
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MessageName, parse_name
 from zosciimq.core.outgoing import Outgoing, PublishResult
@@ -25,19 +17,12 @@ __all__ = [
     "DataDir",
     "DataStore",
     "FetchResult",
-    "InvalidInput",
     "MessageName",
-    "MessageNotFound",
     "Outgoing",
     "PublishResult",
-    "QueueNotFound",
     "QueueStore",
-    "StorageFull",
     "StoreResult",
-    "TooLarge",
-    "TryAgain",
     "Upload",
-    "ZosciiError",
     "parse_name",
     "sync_uploads",
 ]

@@ -31,12 +31,12 @@ from stat import S_ISDIR
 
 from zosciimq.core import walk
 from zosciimq.core.durable import ensure_dir, fsync_dir, unlink_quietly
-from zosciimq.core.errors import InvalidInput, QueueNotFound
 from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.layout import DataDir
 from zosciimq.core.locking import FileLock
 from zosciimq.core.names import clean_queue, format_stamp, is_message_name, parse_name
 from zosciimq.core.queues import QueueStore
+from zosciimq.errors import InvalidInput, QueueNotFound
 
 TRASH_MAX_AGE_SECONDS = 3600  # older entries are a crashed delete's: swept by the next
 

@@ -31,9 +31,9 @@ from typing import Literal
 
 from zosciimq.core import index as idx
 from zosciimq.core import walk
-from zosciimq.core.errors import InvalidInput, MessageNotFound, QueueNotFound
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MessageName, is_queue_name, parse_name
+from zosciimq.errors import InvalidInput, MessageNotFound, QueueNotFound
 
 DEFAULT_SCAN_LIMIT = 100_000  # directory entries a fallback listing looks at, at most
 MAX_LATEST = 1000

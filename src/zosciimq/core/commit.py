@@ -36,16 +36,16 @@ from zosciimq.core import limits, policy
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
 from zosciimq.core.clock import Clock
 from zosciimq.core.durable import unlink_quietly
-from zosciimq.core.errors import TryAgain
 from zosciimq.core.group_commit import Submission
 from zosciimq.core.layout import DataDir
-from zosciimq.core.names import MAX_COUNTER, format_stamp, new_guid
+from zosciimq.core.names import MAX_COUNTER, format_name, format_stamp, new_guid
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.core.queue_files import QueueFiles
 from zosciimq.core.recovery import QueueRecovery, Sound
 from zosciimq.core.upload import INLINE_BYTES, sync_uploads
 from zosciimq.core.wal import Entry, LogCorrupt, LogHeader, Record, WriteAheadLog
+from zosciimq.errors import TryAgain
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class QueueCommitter:
                 if counter > MAX_COUNTER:
                     break
                 days = retention if message.retention_days is None else message.retention_days
-                name = f"{stamp}{counter:04d}-{days:04d}-{new_guid()}.bin"
+                name = format_name(stamp, counter, days, new_guid())
                 counter += 1
                 if nonce is not None:
                     seen.add(nonce)

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from zosciimq.core.errors import StorageFull
 from zosciimq.core.layout import leftover_path
+from zosciimq.errors import StorageFull
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

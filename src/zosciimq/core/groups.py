@@ -42,7 +42,6 @@ from typing import Any, BinaryIO, TypeVar
 
 from zosciimq.core import group_log
 from zosciimq.core.durable import raise_if_full
-from zosciimq.core.errors import InvalidInput, QueueNotFound
 from zosciimq.core.group_commit import Lane, Submission
 from zosciimq.core.group_log import GroupState, LogWriter, OpenEntry
 from zosciimq.core.layout import GROUP_SUFFIX, DataDir
@@ -57,9 +56,9 @@ from zosciimq.core.names import (
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.queues import QueueStore
 from zosciimq.core.upload import Upload
-from zosciimq.errors import Fenced, ZosciiError
+from zosciimq.errors import Fenced, InvalidInput, QueueNotFound, ZosciiError
 
-log = logging.getLogger("zosciimq.core.groups")
+log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 

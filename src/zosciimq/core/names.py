@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
-from zosciimq.core.errors import InvalidInput
+from zosciimq.errors import InvalidInput
 
 NAME_LENGTH = 64  # a queue message's name; store names may carry "-u" and ".bin" more
 MAX_NAME_LENGTH = NAME_LENGTH + len(".bin-u")
@@ -23,6 +23,8 @@ MAX_COUNTER = 9999
 MAX_RETENTION_DAYS = 9999
 MAX_TOKEN_LENGTH = 128
 RESERVED_QUEUES = frozenset({"temp"})  # queues/temp/ holds uploads in progress
+# A store name a replicator wrote without a target queue, until a consumer identifies it.
+UNIDENTIFIED_SUFFIX = "-u.bin"
 
 # ASCII digits only: "\d" would also take fullwidth and other Unicode digits, which
 # int() accepts and the file system, the index (ASCII) and the original do not.
@@ -51,12 +53,10 @@ class MessageName:
     doubled: bool = False
 
     def __str__(self) -> str:
-        doubled = ".bin" if self.doubled else ""
-        suffix = "-u" if self.unidentified else ""
-        return (
-            f"{self.stamp}{self.counter:04d}-{self.retention_days:04d}-{self.guid}"
-            f"{doubled}{suffix}.bin"
+        suffix = (".bin" if self.doubled else "") + (
+            UNIDENTIFIED_SUFFIX if self.unidentified else ".bin"
         )
+        return format_name(self.stamp, self.counter, self.retention_days, self.guid, suffix)
 
     @property
     def published_at(self) -> datetime:
@@ -89,6 +89,23 @@ class MessageName:
     @property
     def store_dirs(self) -> tuple[str, str, str]:
         return store_dirs(str(self))
+
+
+def format_name(
+    stamp: str, counter: int, retention_days: int, guid: str, suffix: str = ".bin"
+) -> str:
+    """``YYYYMMDDHHNNSSCCCC-RRRR-GUID`` and ``suffix``: the one place a name is spelled
+    (``MessageName`` for a parsed name, the group commit for every new one)."""
+    return f"{stamp}{counter:04d}-{retention_days:04d}-{guid}{suffix}"
+
+
+def is_unidentified(name: str) -> bool:
+    return name.endswith(UNIDENTIFIED_SUFFIX)
+
+
+def identified_name(name: str) -> str:
+    """An unidentified store name without its ``-u`` (``is_unidentified`` must hold)."""
+    return name[: -len(UNIDENTIFIED_SUFFIX)] + ".bin"
 
 
 def parse_name(text: str) -> MessageName:

@@ -26,12 +26,11 @@ from typing import Any
 
 from zosciimq.core import index as idx
 from zosciimq.core.durable import ensure_dir, names_inode
-from zosciimq.core.errors import QueueNotFound
 from zosciimq.core.group_commit import Lane
 from zosciimq.core.layout import DataDir
 from zosciimq.core.locking import FileLock, IdleCloser
 from zosciimq.core.wal import WriteAheadLog
-from zosciimq.errors import QueueUnusable
+from zosciimq.errors import QueueNotFound, QueueUnusable
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,14 @@ from zosciimq.core import index as idx
 from zosciimq.core import wal as walfile
 from zosciimq.core import walk
 from zosciimq.core.durable import unlink_quietly
-from zosciimq.core.errors import InvalidInput, QueueNotFound
 from zosciimq.core.layout import DataDir
-from zosciimq.core.names import is_message_name, is_queue_name, parse_name
+from zosciimq.core.names import (
+    identified_name,
+    is_message_name,
+    is_queue_name,
+    is_unidentified,
+    parse_name,
+)
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.queue_files import QueueFiles
 from zosciimq.core.upload import TEMP_SUFFIX
@@ -51,6 +56,7 @@ from zosciimq.core.wal import (
     WriteAheadLog,
     read_header,
 )
+from zosciimq.errors import InvalidInput, QueueNotFound
 
 log = logging.getLogger(__name__)
 
@@ -397,9 +403,9 @@ def _whole(path: str, entry: Entry) -> bool:
 
 def _identified_twin(path: str, entry: Entry) -> bool:
     """A store message made "-u" that a consumer identified since (renamed without it)."""
-    if not path.endswith("-u.bin"):
+    if not is_unidentified(path):
         return False
-    return _whole(path[: -len("-u.bin")] + ".bin", entry)
+    return _whole(identified_name(path), entry)
 
 
 def _write(target: str, data: bytes, temp_dir: str) -> None:

@@ -21,15 +21,15 @@ from zosciimq.core import walk
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
 from zosciimq.core.clock import utc_now
 from zosciimq.core.durable import fsync_dir, names_inode, raise_if_full, unlink_quietly
-from zosciimq.core.errors import MessageNotFound
 from zosciimq.core.group_commit import Lane, Submission
 from zosciimq.core.layout import DataDir
 from zosciimq.core.locking import FileLock
-from zosciimq.core.names import MessageName, new_name, parse_name
+from zosciimq.core.names import MessageName, is_unidentified, new_name, parse_name
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.recovery import Redo, Report
 from zosciimq.core.upload import INLINE_BYTES, Upload, sync_uploads
 from zosciimq.core.wal import Entry, LogCorrupt, LogHeader, Record, WriteAheadLog
+from zosciimq.errors import MessageNotFound
 
 log = logging.getLogger(__name__)
 STORE_KEY = "the store"  # the checkpointer's name for its log (no queue has a space)
@@ -328,7 +328,7 @@ class DataStore:
 
     def scan(self) -> list[str]:
         """Every unidentified store name, sorted (a full walk: scan is a listing by nature)."""
-        return sorted(name for name in self.iternames_inode() if name.endswith("-u.bin"))
+        return sorted(name for name in self.iternames_inode() if is_unidentified(name))
 
     def identify(self, names: Iterable[MessageName]) -> list[str]:
         """Rename each existing ``-u`` file without the suffix; returns the new names."""

@@ -20,8 +20,8 @@ from types import TracebackType
 
 from zosciimq.core import walk
 from zosciimq.core.durable import fsync_dir, raise_if_full, sync_files, unlink_quietly
-from zosciimq.core.errors import TooLarge
 from zosciimq.core.layout import DataDir
+from zosciimq.errors import TooLarge
 
 TEMP_SUFFIX = ".part"
 INLINE_BYTES = 64 << 10
@@ -130,14 +130,6 @@ def sync_uploads(uploads: Sequence[Upload], *, directory: str | None = None) -> 
             os.close(upload._fd)
         upload._fd = None
         upload._synced = True
-
-
-def close_uploads(uploads: Sequence[Upload]) -> None:
-    """Close the uploads' files without flushing them: their content is in the log."""
-    for upload in uploads:
-        if upload._fd is not None:
-            os.close(upload._fd)
-            upload._fd = None
 
 
 def remove_uploads(data_dir: DataDir, prefix: str) -> int:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, NamedTuple
@@ -433,15 +433,6 @@ class WriteAheadLog:
             yield record
             offset, lsn = record.end, lsn + 1
 
-    def end_of_chain(self, header: LogHeader) -> tuple[int, int]:
-        """(offset, lsn) just after the last whole record following the header's tail: a
-        writer killed between its record and its header leaves the tail behind it."""
-        offset, lsn = header.tail_off, header.tail_lsn
-        for record in self.records(header, start=(offset, lsn)):
-            offset, lsn = record.end, record.lsn + 1
-        return offset, lsn
-
-
 def _place(header: LogHeader, need: int) -> tuple[int | None, int] | None:
     """(where a WRAP goes or None, where the record goes) for a record of ``need`` bytes,
     or None when it would overwrite a record after the checkpoint."""
@@ -459,8 +450,3 @@ def _head(lsn: int, body: bytes, flags: int) -> bytes:
     partial = struct.pack("<QII", lsn, len(body), flags)
     crc = zlib.crc32(body, zlib.crc32(partial))
     return RECORD_MAGIC + partial + struct.pack("<I", crc)
-
-
-def record_names(records: Sequence[Record]) -> list[str]:
-    """The file names the records make (their last path component), in order."""
-    return [os.path.basename(e.path) for r in records for e in r.entries]

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import NamedTuple
 
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.layout import (
     INDEX_SUFFIX,
     JOURNAL_SUFFIX,
@@ -38,6 +37,7 @@ from zosciimq.core.names import (
     is_queue_name,
     parse_name,
 )
+from zosciimq.errors import InvalidInput
 
 MESSAGE_SUFFIX = ".bin"  # what every message name ends with (names.parse_name)
 STORE_DEPTH = 3  # store/<d1>/<d2>/<d3>/<name>.bin (names.store_dirs)

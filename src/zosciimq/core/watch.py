@@ -29,7 +29,7 @@ from pathlib import Path
 
 from zosciimq.core.layout import INDEX_SUFFIX, DataDir
 
-log = logging.getLogger("zosciimq.core.watch")
+log = logging.getLogger(__name__)
 
 # <sys/inotify.h>
 IN_MODIFY = 0x00000002

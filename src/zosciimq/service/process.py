@@ -24,7 +24,7 @@ EXIT_FAILED = 1
 EXIT_CONFIG = 2
 
 T = TypeVar("T")
-log = logging.getLogger("zosciimq.service")
+log = logging.getLogger(__name__)
 
 
 def version() -> str:

@@ -35,8 +35,9 @@ from zosciimq.client.errors import (
     TruncatedReply,
 )
 from zosciimq.client.replies import READ_CHUNK, Received, ReplyInfo, Sink, SinkFactory
-from zosciimq.core.errors import InvalidInput
 from zosciimq.core.names import parse_name
+from zosciimq.errors import InvalidInput
+from zosciimq.protocol import COUNT, LAST
 
 MULTIPART = "multipart/mixed"
 MAX_LINE = 1024  # a delimiter or part header line; the api's are under 150 bytes
@@ -276,14 +277,14 @@ def _part_headers(
 
 def _check_summary(response: requests.Response, received: list[Received]) -> None:
     """``X-ZOSCII-Count`` and ``X-ZOSCII-Last``, when sent, must agree with the parts."""
-    count = response.headers.get("X-ZOSCII-Count")
+    count = response.headers.get(COUNT)
     if count is not None and count.strip() != str(len(received)):
         raise NotZosciiReply(
-            f"batch reply: X-ZOSCII-Count {count[:20]!r} but {len(received)} part(s)"
+            f"batch reply: {COUNT} {count[:20]!r} but {len(received)} part(s)"
         )
-    last = response.headers.get("X-ZOSCII-Last")
+    last = response.headers.get(LAST)
     if last is not None and last.strip() != received[-1].name:
-        raise NotZosciiReply(f"batch reply: X-ZOSCII-Last {last[:80]!r} is not the last part")
+        raise NotZosciiReply(f"batch reply: {LAST} {last[:80]!r} is not the last part")
 
 
 def _boundary(response: requests.Response) -> str:

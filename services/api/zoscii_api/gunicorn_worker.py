@@ -25,7 +25,6 @@ one long call and would be cut at the head deadline.
 
 from __future__ import annotations
 
-import json
 import select
 import threading
 import time
@@ -34,22 +33,12 @@ from typing import Any
 from gunicorn.workers import gthread
 
 from zoscii_api.deadlines import Watchdog
-from zoscii_api.responses import SYSTEM, VERSION
 from zoscii_api.settings import ApiSettings
+from zosciimq.protocol import envelope_bytes
 
-_TIMEOUT_BODY = (
-    json.dumps(
-        {
-            "system": SYSTEM,
-            "version": VERSION,
-            "error": "Request head too slow: the request line and headers took too long.",
-            "message": "",
-            "result": [],
-        },
-        separators=(",", ":"),
-    )
-    + "\n"
-).encode()
+_TIMEOUT_BODY = envelope_bytes(
+    "Request head too slow: the request line and headers took too long.", "", []
+)
 TIMEOUT_REPLY = (
     b"HTTP/1.1 408 Request Timeout\r\n"
     b"Content-Type: application/json\r\n"

@@ -99,11 +99,11 @@ def test_batches_equal_the_sequence_of_single_fetches(
     queue, expected = filled
     got, pointer, sizes = [], "", []
     with ZosciiClient(api[0]) as client:
-        assert client.batch_support is None
+        assert client.capabilities.batch_fetch is None
         while batch := client.fetch_batch(
             queue, pointer, count, max_bytes, memory_limit=memory_limit
         ):
-            assert client.batch_support is True
+            assert client.capabilities.batch_fetch is True
             assert 1 <= len(batch) <= count
             if max_bytes is not None and len(batch) > 1:
                 assert sum(m.size for m in batch) <= max_bytes
@@ -204,7 +204,7 @@ def test_nothing_new_is_an_empty_batch_and_errors_are_typed(api: tuple[str, Path
         client.publish(queue, b"x")
         name = client.fetch(queue).name
         assert client.fetch_batch(queue, name, 10) == []
-        assert client.batch_support is None  # an envelope says nothing about batches
+        assert client.capabilities.batch_fetch is None  # an envelope says nothing about batches
         with pytest.raises(QueueNotFound):
             client.fetch_batch(queue_name(), "", 10)
         with pytest.raises(ValueError):
@@ -240,7 +240,7 @@ def test_against_the_original_a_batch_falls_back_to_single_fetches(
     with ZosciiClient(original.url) as client:  # the default mode: it tries batches
         got, pointer = [], ""
         while batch := client.fetch_batch("orders", pointer, 50):
-            assert len(batch) == 1 and client.batch_support is False
+            assert len(batch) == 1 and client.capabilities.batch_fetch is False
             got.append(batch[0].data)
             pointer = batch[0].name
     assert got == expected
