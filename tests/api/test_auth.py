@@ -275,6 +275,18 @@ def test_a_read_action_with_a_message_is_refused_before_a_byte_of_it_is_written(
     assert reply.status_code == 200, reply.get_json()
 
 
+def test_a_message_in_the_url_is_judged_before_it_is_written(tmp_path, written) -> None:
+    """A GET publish carries its message in the query string: a client without the
+    right to publish there is refused before a byte of it goes to queues/temp."""
+    client = make_client(tmp_path / "data", access=AccessControl(parse_clients(CLIENTS)))
+    reply = client.get(
+        "/", query_string={"action": "publish", "q": "outbox", "msg": "x" * 4000},
+        headers=bearer(READER),
+    )
+    assert reply.status_code == 403, reply.get_json()
+    assert written.total == 0
+
+
 def test_a_read_actions_body_of_many_fields_is_bounded(client, written) -> None:
     """Without a message, a read action's body is small fields only: a declared length
     past that is refused unread (413), and fields past twice ZOSCII_MAX_FIELD_BYTES in

@@ -178,17 +178,19 @@ class Endpoint:
         # Everything that can be decided before reading a body that may be 1 GB is
         # decided first: its size, and action and q when the URL has them.
         has_body = _has_body(environ)
-        if not has_body:  # the URL is all there is: one check
-            params = query_params(query, self.new_upload)
-        else:
+        if has_body:
             content_type = environ.get("CONTENT_TYPE", "")
             self._check_size(request, context, query, content_type)
             if not _is_form(content_type):
                 _check_raw_body(query, _mimetype(content_type))
-            self._admit(request, context, client, query)
+        handler = self._admit(request, context, client, query)  # before a byte is written
+        if has_body:
             params = self._read_body(request, context, query, client)
+        else:  # the URL is all there is: judged above
+            params = query_params(query, self.new_upload)
         try:
-            handler = self._admit(request, context, client, params.fields)
+            if has_body:  # a form's fields override the URL's
+                handler = self._admit(request, context, client, params.fields)
             if handler is None:
                 return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
             return handler(request, params)
