@@ -44,7 +44,7 @@ def test_stream_yields_every_message_across_a_restart(tmp_path: Path) -> None:
 
         reader = threading.Thread(target=follow)
         reader.start()
-        live.wait_for("followed_queues", 1)
+        live.wait_health("followed_queues", 1)
         names += live.publish(queue, b"d")
         live.kill()  # the reader reconnects after the last name it yielded
         names += live.publish(queue, b"e")

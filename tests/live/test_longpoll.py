@@ -205,7 +205,7 @@ def test_past_the_connection_limit_a_connection_is_told_and_closed(
         assert answer.startswith(b"HTTP/1.1 503") and b"Too many connections" in answer
         for sock in held:
             sock.close()
-        live.wait_for("connections", 1)  # the health check's own
+        live.wait_health("connections", 1)  # the health check's own
         assert live.metric("zoscii_live_refused_connections_total") == 1
     finally:
         live.kill()

@@ -143,7 +143,7 @@ def test_a_reader_that_does_not_read_is_cut_with_a_reason_and_resumes(tmp_path: 
             f"GET /?action=stream&q={queue}&after={start} HTTP/1.1\r\nHost: t\r\n"
             "Accept: text/event-stream\r\n\r\n".encode()
         )
-        live.wait_for("followed_queues", 1)
+        live.wait_health("followed_queues", 1)
         time.sleep(0.3)  # caught up: it is a live reader now
         chunk = b"z" * (200 << 10)
         names: list[str] = []
@@ -226,7 +226,7 @@ def test_stopping_tells_every_stream_where_to_resume(tmp_path: Path) -> None:
     events = Events(live, queue)
     try:
         assert events.next()["id"] == name
-        live.wait_for("followed_queues", 1)
+        live.wait_health("followed_queues", 1)
         time.sleep(0.2)
         assert live.terminate() == 0
         reason = events.next()

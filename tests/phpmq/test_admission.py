@@ -60,8 +60,8 @@ def idle(gateway: GatewayProcess, count: int, addresses: int, first: int = 2) ->
 
 def wait_for_consumers(gateway: GatewayProcess, count: int) -> None:
     deadline = time.monotonic() + 5
-    while json.loads(gateway.ops("/healthz")[1])["consumers"] != count:
-        assert time.monotonic() < deadline, gateway.ops("/healthz")
+    while json.loads(gateway.get("/healthz")[1])["consumers"] != count:
+        assert time.monotonic() < deadline, gateway.get("/healthz")
         time.sleep(0.02)
 
 
@@ -89,7 +89,7 @@ def test_idle_connections_never_lock_out_a_real_client(gateway: GatewayProcess) 
         wait_for_consumers(gateway, 1)
         flood = idle(gateway, 10 * MAX_CONNECTIONS, addresses=20)
         try:
-            health = gateway.ops("/healthz")[1]
+            health = gateway.get("/healthz")[1]
             assert gateway.metric("zoscii_phpmq_open_connections") <= MAX_CONNECTIONS, health
             authenticated_publish(gateway, queue, b"got through")
             assert consumer.read().content == b"got through"

@@ -193,13 +193,13 @@ def test_healthz_and_metrics(gateway: GatewayProcess) -> None:
         client.send(wire.consume(queue, 1))
         publish(gateway, queue, b"counted")
         message = client.read()
-        status, body = gateway.ops("/healthz")
+        status, body = gateway.get("/healthz")
         assert status == 200
         health = json.loads(body)
         assert health["status"] == "ok" and health["connections"] >= 1 and health["consumers"] >= 1
         client.send(wire.ack(queue, message.id))
         time.sleep(0.2)
-    _, text = gateway.ops("/metrics")
+    _, text = gateway.get("/metrics")
     for name in (
         "zoscii_phpmq_open_connections",
         "zoscii_phpmq_connections_total",
@@ -215,7 +215,7 @@ def test_healthz_and_metrics(gateway: GatewayProcess) -> None:
     for event in ("received", "sent", "acked"):
         assert gateway.metric("zoscii_phpmq_messages_total", event=event) >= 1, event
     assert queue not in text  # queue names are no labels
-    assert gateway.ops("/other")[0] == 404
+    assert gateway.get("/other")[0] == 404
 
 
 # --- stopping -------------------------------------------------------------------------------

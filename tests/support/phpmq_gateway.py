@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +15,7 @@ from zoscii_phpmq.metrics import PhpmqMetrics
 from zoscii_phpmq.settings import Settings
 
 from tests.phpmq.wire import Client
-from tests.support.service_env import clean_env
+from tests.support.service_process import ServiceProcess
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core.groups import ConsumerGroups, GroupStats, dead_letter_queue
 
@@ -30,139 +25,49 @@ T = TypeVar("T")
 LISTENING = re.compile(r"listening for PHPMQ clients on [^ ]+:(\d+)")
 
 
-OPS = re.compile(r"serving /healthz and /metrics on port (\d+)")
+class GatewayProcess(ServiceProcess):
+    module = "zoscii_phpmq"
+    what = "the gateway"
 
-
-
-
-class GatewayProcess:
     def __init__(self, data_dir: Path, **settings: str) -> None:
-        self.data_dir = data_dir
-        self.env = clean_env(
+        super().__init__(
+            data_dir,
             {
-                "ZOSCII_DATA_DIR": str(data_dir),
                 "ZOSCII_PHPMQ_HOST": "127.0.0.1",
                 "ZOSCII_PHPMQ_PORT": "0",
                 "ZOSCII_PHPMQ_METRICS_PORT": "0",
-                "ZOSCII_LOG_LEVEL": "INFO",
                 **settings,
-            }
+            },
         )
-        self.lines: list[str] = []
         self.port = 0
-        self.ops_port = 0
-        self.process: subprocess.Popen[str] | None = None
-        self._ready = threading.Event()
 
     def start(self) -> GatewayProcess:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "zoscii_phpmq"],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        threading.Thread(target=self._read_log, daemon=True).start()
-        if not self._ready.wait(20):
-            self.kill()
-            raise AssertionError("the gateway did not start:\n" + self.log())
+        super().start()
         return self
 
-    def _read_log(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line)
-            if m := OPS.search(line):
-                self.ops_port = int(m[1])
-            if m := LISTENING.search(line):
-                self.port = int(m[1])
-                self._ready.set()
-        self._ready.set()
-
-    def log(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for_log(self, pattern: str, timeout: float = 5.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                if re.search(pattern, line):
-                    return line
-            time.sleep(0.02)
-        raise AssertionError(f"no log line matches {pattern!r}:\n{self.log()}")
+    def on_line(self, line: str) -> None:
+        if m := LISTENING.search(line):
+            self.port = int(m[1])
+            self.ready()
 
     def connect(self, source: str | None = None) -> Client:
         return Client(self.port, source=source)
 
-    def ops(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ops_port}{path}", timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
     def wait_idle(self, timeout: float = 5.0) -> None:
         """Until the gateway has no connection open (those of earlier tests closed)."""
-        deadline = time.monotonic() + timeout
-        while json.loads(self.ops("/healthz")[1])["connections"]:
-            assert time.monotonic() < deadline, self.ops("/healthz")
-            time.sleep(0.02)
+        self.wait_health("connections", 0, timeout)
 
     def wait_connections(self, count: int, timeout: float = 5.0) -> None:
         """Until /healthz counts ``count`` open connections (new accepted, closed gone)."""
-        deadline = time.monotonic() + timeout
-        while json.loads(self.ops("/healthz")[1])["connections"] != count:
-            assert time.monotonic() < deadline, self.ops("/healthz")
-            time.sleep(0.02)
+        self.wait_health("connections", count, timeout)
 
     def wait_pending(self, count: int, timeout: float = 5.0) -> None:
         """Until /healthz counts ``count`` pending connections (no first message yet)."""
-        deadline = time.monotonic() + timeout
-        while json.loads(self.ops("/healthz")[1])["pending"] != count:
-            assert time.monotonic() < deadline, self.ops("/healthz")
-            time.sleep(0.02)
-
-    def metric(self, name: str, **labels: str) -> float:
-        _, text = self.ops("/metrics")
-        selector = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        wanted = f"{name}{{{selector}}}" if labels else name
-        for line in text.splitlines():
-            if line.startswith(wanted + " "):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    def terminate(self, timeout: float = 20) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+        self.wait_health("pending", count, timeout)
 
     # --- the data directory, through the core (as the api would see it) ------------------------
     def store(self) -> QueueStore:
         return QueueStore(DataDir(self.data_dir))
-
-    def messages(self, queue: str) -> list[tuple[str, bytes]]:
-        store = self.store()
-        out, pointer = [], ""
-        try:
-            while True:
-                got = store.fetch(queue, pointer)
-                if got.file is None:
-                    return out
-                with got.file:
-                    out.append((got.name, got.file.read()))
-                pointer = got.name
-        except Exception as exc:  # no such queue
-            if type(exc).__name__ == "QueueNotFound":
-                return out
-            raise
-        finally:
-            store.close()
 
     def dead_letters(self, queue: str, group: str = "phpmq") -> list[bytes]:
         return [data for _, data in self.messages(dead_letter_queue(queue, group))]
