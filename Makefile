@@ -154,7 +154,7 @@ bench-statissa-scale: venv
 	$(VENV)/bin/python -m bench.spark_scale $(SCALE_ARGS)
 
 # The ZeroMQ gateway's targets (services/zmq/README.md): zpipes chunks/s durable, PUB/SUB
-# fan-out, memory with 1,000 open pipes. ZMQ_BENCH_ARGS='--rounds 5 --seconds 5'.
+# fan-out, memory with 1,000 open pipes. ZMQ_BENCH_ARGS='--rounds 5 --seconds 5 --dir /mnt/disk'.
 .PHONY: bench-zmq
 bench-zmq: venv
 	$(VENV)/bin/python -m bench.zmq_bench $(ZMQ_BENCH_ARGS)
