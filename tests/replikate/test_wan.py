@@ -34,6 +34,8 @@ from zoscii_replikate.settings import Settings
 from zosciimq.core.states import read_pointer
 from zosciimq.settings import CoreSettings
 
+pytestmark = pytest.mark.slow  # links slowed and cut on purpose: seconds a test
+
 
 @pytest.fixture
 def link(source: tuple[str, Path]) -> Iterator[WanProxy]:

@@ -18,6 +18,7 @@ from zoscii_statissa.settings import Settings
 from zosciimq.core import DataDir
 
 
+@pytest.mark.slow  # a Spark session: a JVM's start
 def test_making_an_archive_refuses_a_process_with_spark_running(
     spark: object, tmp_path: Path
 ) -> None:
