@@ -25,8 +25,10 @@ the readers attached), medians and ranges of:
   service, and of nginx, divided by N);
 * publish latency p99 without and with the readers, and their ratio.
 
-``python -m bench.run --only fanout`` (quick: 1,000 readers; full: 10,000 at 1/s). Every
-number depends on the machine and on what else runs: compare within one run.
+``python -m bench.run --only fanout`` (quick: 1,000 readers; full: 10,000 at 1/s);
+``ZOSCII_BENCH_FANOUT_KINDS`` (e.g. ``sse,websocket``) and ``ZOSCII_BENCH_FANOUT_RATES``
+(e.g. ``100``) run a part. Every number depends on the machine and on what else runs:
+compare within one run, and see each round's load average and CPU time per message.
 """
 
 from __future__ import annotations
@@ -493,6 +495,9 @@ def run(ctx: Context) -> dict[str, Any]:
         k for k in os.environ.get("ZOSCII_BENCH_FANOUT_KINDS", ",".join(KINDS)).split(",") if k
     ]
     chosen = plans(ctx.quick)
+    rates = os.environ.get("ZOSCII_BENCH_FANOUT_RATES")  # e.g. "100": only those plans
+    if rates:
+        chosen = [(label, plan) for label, plan in chosen if f"{plan.rate:g}" in rates.split(",")]
     most = max(plan.readers for _, plan in chosen)
     nofile = _raise_nofile(most + 512)
     if nofile < most + 256:

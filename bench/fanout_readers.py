@@ -226,8 +226,13 @@ class SseReader(Reader):
         self.head_done = False
 
     def feed(self, data: bytes, now: float) -> None:
-        self.buffer += data
-        if not self.head_done:
+        if self.head_done:
+            if self.chunked:
+                self._dechunk(data)
+            else:
+                self.buffer += data
+        else:
+            self.buffer += data
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
                 return
@@ -235,8 +240,19 @@ class SseReader(Reader):
                 self.tally.errors.append(bytes(self.buffer[:80]).decode(errors="replace"))
                 self.close()
                 return
-            del self.buffer[: end + 4]
+            head = bytes(self.buffer[:end]).lower()
+            rest = bytes(self.buffer[end + 4 :])
+            self.buffer.clear()
             self.head_done = True
+            # A proxy (nginx) sends a body without a length in chunks, whose boundaries
+            # fall anywhere in an event once several events come together.
+            self.chunked = b"transfer-encoding: chunked" in head
+            self.chunk_left = 0
+            self.raw = bytearray()
+            if self.chunked:
+                self._dechunk(rest)
+            else:
+                self.buffer += rest
             if not self.ready.done():
                 self.ready.set_result(None)
         while True:
@@ -261,6 +277,25 @@ class SseReader(Reader):
             if kind == b"binary":
                 data = base64.b64decode(data)
             self.tally.received(self, name, data, now)
+
+    def _dechunk(self, data: bytes) -> None:
+        """The chunked body's bytes, without the chunk sizes, onto ``buffer``."""
+        raw = self.raw
+        raw += data
+        while raw:
+            if self.chunk_left == 0:
+                end = raw.find(b"\r\n")
+                if end < 0:
+                    return
+                size = bytes(raw[:end]).split(b";")[0].strip()
+                del raw[: end + 2]
+                if size:  # else the line end after a chunk's data
+                    self.chunk_left = int(size, 16)
+                continue
+            taken = raw[: self.chunk_left]
+            self.buffer += taken
+            del raw[: len(taken)]
+            self.chunk_left -= len(taken)
 
 
 class WebSocketReader(Reader):

@@ -3,12 +3,14 @@ the next message, so a late commit of the first attempt cannot reorder the queue
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from bench.fanout import Publisher
-from bench.fanout_readers import parse_payload
+from bench.fanout_readers import SseReader, Tally, parse_payload, payload
 
 
 class FlakyApi(ThreadingHTTPServer):
@@ -69,3 +71,26 @@ def test_a_failed_publish_is_sent_again_with_its_nonce_before_the_next() -> None
     assert sequences == [1, 2, 2, 3, 4]  # 3 only once 2's outcome was known
     assert api.attempts[1][0] == api.attempts[2][0]  # the same nonce
     assert len(publisher.latencies) == 4
+
+
+def test_an_sse_reader_decodes_a_proxys_chunks_wherever_they_fall() -> None:
+    """nginx sends a stream's body in chunks; when several events come together a chunk
+    boundary falls inside an event, which a reader must not take for the event's bytes."""
+    tally = Tally(1)
+    tally.measuring = True
+    reader = SseReader(tally, "h", "q", "0", asyncio.new_event_loop())
+    reader.transport = _Sink()
+    reader.start()
+    events = b"".join(b"id: n%03d\ndata: %s\n\n" % (i, payload(i)) for i in range(1, 60))
+    chunks = [events[i : i + 333] for i in range(0, len(events), 333)]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    stream = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+    for start in range(0, len(stream), 97):  # reads that cut lines and sizes too
+        reader.feed(stream[start : start + 97], time.time())
+    assert tally.errors == [] and tally.order_errors == 0 and tally.gaps == 0
+    assert reader.received == 59 and tally.reached_all(list(range(1, 60))) == 59
+
+
+class _Sink(asyncio.Transport):
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
