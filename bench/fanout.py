@@ -505,6 +505,14 @@ def run(ctx: Context) -> dict[str, Any]:
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with stack() as target:
         log.info("stack: %s", target["images"])
+        shares = os.environ.get("ZOSCII_BENCH_FANOUT_LIVE_CPU_SHARES")
+        if shares:  # an experiment: the live service's CPU weight against api and proxy (1024)
+            subprocess.run(
+                ["docker", "update", "--cpu-shares", shares, target["containers"]["live"]],
+                check=True,
+                capture_output=True,
+            )
+            log.info("live service: --cpu-shares %s", shares)
         for label, plan in chosen:
             per_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in selected}
             for number in range(plan.rounds):
