@@ -27,8 +27,10 @@ the readers attached), medians and ranges of:
 
 ``python -m bench.run --only fanout`` (quick: 1,000 readers; full: 10,000 at 1/s);
 ``ZOSCII_BENCH_FANOUT_KINDS`` (e.g. ``sse,websocket``) and ``ZOSCII_BENCH_FANOUT_RATES``
-(e.g. ``100``) run a part. Every number depends on the machine and on what else runs:
-compare within one run, and see each round's load average and CPU time per message.
+(e.g. ``100``) run a part; ``ZOSCII_BENCH_FANOUT_LIVE_CPU_SHARES`` sets the live
+container's CPU weight (an experiment, see docs/benchmarks.md). Every number depends on
+the machine and on what else runs: compare within one run, and see each round's load
+average and CPU time per message.
 """
 
 from __future__ import annotations
