@@ -5,10 +5,14 @@ The stack is docker-compose.yml's ``proxy``, ``api`` and ``live`` services (imag
 ``zoscii/*:$IMAGE_TAG``, default ``dev``: ``make images`` first), under a project of its
 own, removed at the end. The bench reaches the proxy at its container address (no
 docker-proxy in between, as a client on the host's network would not pay for it). The
-readers are ``bench.fanout_readers``: one asyncio process, a keep-alive connection each
+readers are ``bench.fanout_readers.ReaderProcesses``: ``ZOSCII_BENCH_FANOUT_READER_PROCESSES``
+(default 2) processes, each a bare epoll loop over its share of the keep-alive connections
 (long-poll: ``fetch after=<its pointer> wait=30 count=100``, again at once after each
-answer, as a tail client does). A publisher posts 64-byte messages through the proxy at
-the rate, each stamped with its send time.
+answer, as a tail client does), a message's receipt time the kernel's (``SO_TIMESTAMPNS``),
+so that the readers' own queue on the two shared cores is not counted as delivery time.
+A publisher posts 64-byte messages through the proxy at the rate, each stamped with its
+send time and carrying a nonce of its own (a failed attempt is sent again with the same
+nonce before the next message: ``Publisher``).
 
 Per kind and rate, in alternating rounds (each round: publishing alone first, then with
 the readers attached), medians and ranges of:
@@ -21,8 +25,12 @@ the readers attached), medians and ranges of:
   service, and of nginx, divided by N);
 * publish latency p99 without and with the readers, and their ratio.
 
-``python -m bench.run --only fanout`` (quick: 1,000 readers; full: 10,000 at 1/s). Every
-number depends on the machine and on what else runs: compare within one run.
+``python -m bench.run --only fanout`` (quick: 1,000 readers; full: 10,000 at 1/s);
+``ZOSCII_BENCH_FANOUT_KINDS`` (e.g. ``sse,websocket``) and ``ZOSCII_BENCH_FANOUT_RATES``
+(e.g. ``100``) run a part; ``ZOSCII_BENCH_FANOUT_LIVE_CPU_SHARES`` sets the live
+container's CPU weight (an experiment, see docs/benchmarks.md). Every number depends on
+the machine and on what else runs: compare within one run, and see each round's load
+average and CPU time per message.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ from typing import Any
 from bench import REPO
 from bench.context import Context
 from bench.external import NotAvailable
-from bench.fanout_readers import LongPollReader, Reader, Tally, connect_readers, payload
+from bench.fanout_readers import LongPollReader, ReaderProcesses, payload
 from bench.harness import percentile
 from bench.report import Row
 from zosciimq.protocol import LAST
@@ -58,6 +66,7 @@ log = logging.getLogger(__name__)
 
 KINDS = ("longpoll", "sse", "websocket")
 WAIT = LongPollReader.wait
+READER_PROCESSES = int(os.environ.get("ZOSCII_BENCH_FANOUT_READER_PROCESSES", "2"))
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 
@@ -94,7 +103,14 @@ class Round:
         None  # the live service's time to answer/write every reader, per round
     )
     fanout_rounds: int = 0
-    client_cpu_percent: float = 0.0  # this process (the readers), while publishing
+    client_cpu_percent: float = 0.0  # the reader processes, while publishing
+    publish_retries: int = 0  # publishes sent again (same nonce) after a failed attempt
+    load_average: float = 0.0  # the machine's 1-minute load at the start of the measure
+    # CPU time per message published (all its deliveries), robust to a busy machine where
+    # wall times are not: what one message to N readers costs each part
+    live_cpu_ms_per_message: float | None = None
+    proxy_cpu_ms_per_message: float | None = None
+    readers_cpu_ms_per_message: float | None = None
     errors: list[str] = field(default_factory=list)
 
 
@@ -282,16 +298,25 @@ def rss(pid: int) -> int:
 
 
 class Publisher:
-    """Publishes ``payload(n)`` at ``rate`` over one keep-alive connection; latencies."""
+    """Publishes ``payload(n)`` at ``rate`` over one keep-alive connection; latencies.
 
-    def __init__(self, ip: str, queue: str) -> None:
-        self.ip, self.queue = ip, queue
+    Each publish carries a nonce of its own (``n=<run>-<sequence>``). A request that fails
+    (a timeout, a reset) may still commit later, so the next sequence is never sent before
+    this one's outcome is known: the same body is sent again with the same nonce until an
+    answer comes, and the api stores a nonce's message once (a retry that meets the first
+    attempt's commit is answered "Nonce already used."). So the readers' order check holds
+    the publisher to what the protocol promises; the latency counts from the first try.
+    """
+
+    def __init__(self, ip: str, queue: str, port: int = 8080, timeout: float = 60) -> None:
+        self.ip, self.queue, self.port, self.timeout = ip, queue, port, timeout
         self.sequence = 0
         self.latencies: list[float] = []
-        self.failures = 0
+        self.failures = 0  # attempts that failed and were sent again
+        self.run_id = uuid.uuid4().hex[:12]
 
     def run(self, rate: float, seconds: float) -> list[int]:
-        connection = http.client.HTTPConnection(self.ip, 8080, timeout=60)
+        connection = http.client.HTTPConnection(self.ip, self.port, timeout=self.timeout)
         sent: list[int] = []
         started = time.monotonic()
         count = int(rate * seconds)
@@ -301,20 +326,26 @@ class Publisher:
                 if (wait := due - time.monotonic()) > 0:
                     time.sleep(wait)
                 self.sequence += 1
+                body = payload(self.sequence)
+                target = f"/?action=publish&q={self.queue}&n={self.run_id}-{self.sequence}"
                 began = time.perf_counter()
-                try:
-                    connection.request(
-                        "POST", f"/?action=publish&q={self.queue}", body=payload(self.sequence)
-                    )
-                    reply = connection.getresponse()
-                    reply.read()
-                    if reply.status != 200:
-                        raise OSError(reply.status)
-                except (OSError, http.client.HTTPException):
-                    self.failures += 1
-                    connection.close()
-                    connection = http.client.HTTPConnection(self.ip, 8080, timeout=60)
-                    continue
+                for attempt in range(100):
+                    try:
+                        connection.request("POST", target, body=body)
+                        reply = connection.getresponse()
+                        reply.read()
+                        if reply.status != 200:
+                            raise OSError(reply.status)
+                        break
+                    except (OSError, http.client.HTTPException):
+                        self.failures += 1
+                        connection.close()
+                        connection = http.client.HTTPConnection(
+                            self.ip, self.port, timeout=self.timeout
+                        )
+                        time.sleep(min(1.0, 0.05 * (attempt + 1)))
+                else:
+                    raise RuntimeError(f"publish {self.sequence}: no answer after 100 tries")
                 self.latencies.append(time.perf_counter() - began)
                 sent.append(self.sequence)
         finally:
@@ -349,51 +380,62 @@ async def one_round(ip: str, pids: dict[str, Any], kind: str, plan: Plan, number
     alone = list(publisher.latencies)
     publisher.latencies = []
 
-    tally = Tally(plan.readers)
     live_before, nginx_before = rss(pids["live"]), rss(pids["proxy"])
     began = time.monotonic()
-    readers: list[Reader] = await connect_readers(
-        kind, plan.readers, ip, 8080, queue, _last_of(start, publisher), tally
-    )
-    result.connect_seconds = time.monotonic() - began
-    await asyncio.sleep(2.0)  # every reader is parked
-    server = [pids["live"], pids["proxy"], pids["api"]]
-    cpu0, requests0, t0 = cpu_seconds(server), tally.requests, time.monotonic()
-    await asyncio.sleep(plan.idle_seconds)
-    idle = time.monotonic() - t0
-    result.idle_cpu_percent = 100 * (cpu_seconds(server) - cpu0) / idle
-    result.idle_requests_per_s = (tally.requests - requests0) / idle
-    # the processes were restarted for this round (``fresh``): the growth is the readers'
-    result.live_kb_per_reader = (rss(pids["live"]) - live_before) / plan.readers / 1024
-    result.nginx_kb_per_reader = (rss(pids["proxy"]) - nginx_before) / plan.readers / 1024
+    readers = ReaderProcesses()
+    try:
+        await readers.start(
+            kind, plan.readers, ip, 8080, queue, _last_of(start, publisher), READER_PROCESSES
+        )
+        result.connect_seconds = time.monotonic() - began
+        await asyncio.sleep(2.0)  # every reader is parked
+        server = [pids["live"], pids["proxy"], pids["api"]]
+        cpu0, requests0, t0 = cpu_seconds(server), await readers.requests(), time.monotonic()
+        await asyncio.sleep(plan.idle_seconds)
+        idle = time.monotonic() - t0
+        result.idle_cpu_percent = 100 * (cpu_seconds(server) - cpu0) / idle
+        result.idle_requests_per_s = (await readers.requests() - requests0) / idle
+        # the processes were restarted for this round (``fresh``): the growth is the readers'
+        result.live_kb_per_reader = (rss(pids["live"]) - live_before) / plan.readers / 1024
+        result.nginx_kb_per_reader = (rss(pids["proxy"]) - nginx_before) / plan.readers / 1024
 
-    tally.measuring = True
-    requests0, t0 = tally.requests, time.monotonic()
-    cpu0, own0 = cpu_seconds(server), time.process_time()
-    rounds0, spent0 = delivered(pids["live_metrics"])
-    sent = await asyncio.to_thread(publisher.run, plan.rate, plan.seconds)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and tally.reached_all(sent[-1:]) < min(1, len(sent)):
-        await asyncio.sleep(0.1)
-    await asyncio.sleep(1.0)
-    elapsed = time.monotonic() - t0
-    result.server_cpu_percent = 100 * (cpu_seconds(server) - cpu0) / elapsed
-    result.client_cpu_percent = 100 * (time.process_time() - own0) / elapsed
-    rounds1, spent1 = delivered(pids["live_metrics"])
+        result.load_average = os.getloadavg()[0]
+        requests0, t0 = await readers.measure(), time.monotonic()
+        cpu0 = cpu_seconds(server)
+        live0, proxy0 = cpu_seconds([pids["live"]]), cpu_seconds([pids["proxy"]])
+        rounds0, spent0 = delivered(pids["live_metrics"])
+        sent = await asyncio.to_thread(publisher.run, plan.rate, plan.seconds)
+        deadline = time.monotonic() + 30
+        while sent and time.monotonic() < deadline:
+            if await readers.reached(sent[-1]) >= plan.readers:
+                break
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)
+        requests1 = await readers.requests()
+        elapsed = time.monotonic() - t0
+        result.server_cpu_percent = 100 * (cpu_seconds(server) - cpu0) / elapsed
+        live1, proxy1 = cpu_seconds([pids["live"]]), cpu_seconds([pids["proxy"]])
+        rounds1, spent1 = delivered(pids["live_metrics"])
+        tally = await readers.stop(plan.readers)
+        result.client_cpu_percent = 100 * readers.cpu_seconds / elapsed
+    finally:
+        readers.kill()
+    if sent:
+        result.live_cpu_ms_per_message = 1000 * (live1 - live0) / len(sent)
+        result.proxy_cpu_ms_per_message = 1000 * (proxy1 - proxy0) / len(sent)
+        result.readers_cpu_ms_per_message = 1000 * readers.cpu_seconds / len(sent)
     result.fanout_rounds = int(rounds1 - rounds0)
     if result.fanout_rounds:
         result.fanout_ms = 1000 * (spent1 - spent0) / result.fanout_rounds
-    tally.measuring = False
-    for reader in readers:
-        reader.close()
     result.published = len(sent)
+    result.publish_retries = publisher.failures
     result.reached = tally.reached_all(sent)
     result.order_errors = tally.order_errors + tally.gaps
     latencies = sorted(tally.latencies)
     if latencies:
         result.delivery_p50_ms = 1000 * percentile(latencies, 50)
         result.delivery_p99_ms = 1000 * percentile(latencies, 99)
-    result.requests_per_s = (tally.requests - requests0) / elapsed
+    result.requests_per_s = (requests1 - requests0) / elapsed
     # the issue's bound: 1.1 x deliveries/s (one per message per reader) + N / wait
     result.ideal_requests_per_s = (
         1.1 * len(sent) * plan.readers / elapsed + plan.readers / WAIT
@@ -411,7 +453,7 @@ async def one_round(ip: str, pids: dict[str, Any], kind: str, plan: Plan, number
 
 def _last_of(start: str, publisher: Publisher) -> str:
     """The readers start after the baseline's messages: the newest name now."""
-    connection = http.client.HTTPConnection(publisher.ip, 8080, timeout=60)
+    connection = http.client.HTTPConnection(publisher.ip, publisher.port, timeout=60)
     pointer = start
     try:
         while True:
@@ -456,6 +498,9 @@ def run(ctx: Context) -> dict[str, Any]:
         k for k in os.environ.get("ZOSCII_BENCH_FANOUT_KINDS", ",".join(KINDS)).split(",") if k
     ]
     chosen = plans(ctx.quick)
+    rates = os.environ.get("ZOSCII_BENCH_FANOUT_RATES")  # e.g. "100": only those plans
+    if rates:
+        chosen = [(label, plan) for label, plan in chosen if f"{plan.rate:g}" in rates.split(",")]
     most = max(plan.readers for _, plan in chosen)
     nofile = _raise_nofile(most + 512)
     if nofile < most + 256:
@@ -463,6 +508,14 @@ def run(ctx: Context) -> dict[str, Any]:
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with stack() as target:
         log.info("stack: %s", target["images"])
+        shares = os.environ.get("ZOSCII_BENCH_FANOUT_LIVE_CPU_SHARES")
+        if shares:  # an experiment: the live service's CPU weight against api and proxy (1024)
+            subprocess.run(
+                ["docker", "update", "--cpu-shares", shares, target["containers"]["live"]],
+                check=True,
+                capture_output=True,
+            )
+            log.info("live service: --cpu-shares %s", shares)
         for label, plan in chosen:
             per_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in selected}
             for number in range(plan.rounds):
@@ -492,10 +545,12 @@ def _report(ctx: Context, samples: dict[str, dict[str, list[dict[str, Any]]]]) -
             reached = sum(r["reached"] for r in rounds)
             published = sum(r["published"] for r in rounds)
             disorder = sum(r["order_errors"] for r in rounds)
+            retries = sum(r.get("publish_retries", 0) for r in rounds)
             idle_requests = statistics.median(r["idle_requests_per_s"] for r in rounds)
             client_cpu = statistics.median(r.get("client_cpu_percent", 0.0) for r in rounds)
             fanout_rounds = statistics.median(r.get("fanout_rounds", 0) for r in rounds)
             nginx_kb = statistics.median(r["nginx_kb_per_reader"] for r in rounds)
+            loads = [r.get("load_average", 0.0) for r in rounds]
             ideal = max(r["ideal_requests_per_s"] for r in rounds)
             requests_note = (
                 f"ideal <= {ideal:.0f}" if kind == "longpoll" else "one request per stream"
@@ -506,9 +561,16 @@ def _report(ctx: Context, samples: dict[str, dict[str, list[dict[str, Any]]]]) -
                     [100 * r["reached"] / max(1, r["published"]) for r in rounds],
                     "%",
                     True,
-                    f"{reached}/{published} messages; order errors {disorder}",
+                    f"{reached}/{published} messages; order errors {disorder}; "
+                    f"publishes sent again {retries}",
                 ),
-                ("delivery p50", [r["delivery_p50_ms"] for r in rounds], "ms", False, ""),
+                (
+                    "delivery p50",
+                    [r["delivery_p50_ms"] for r in rounds],
+                    "ms",
+                    False,
+                    f"load average {min(loads):.1f}-{max(loads):.1f} (2 cores)",
+                ),
                 ("delivery p99", [r["delivery_p99_ms"] for r in rounds], "ms", False, ""),
                 (
                     "live fan-out per round",
@@ -519,11 +581,33 @@ def _report(ctx: Context, samples: dict[str, dict[str, list[dict[str, Any]]]]) -
                     f"(median {fanout_rounds:.0f} rounds per measure)",
                 ),
                 (
+                    "CPU per message: live",
+                    [r.get("live_cpu_ms_per_message") for r in rounds],
+                    "ms",
+                    False,
+                    "CPU time of the live service per message published, all its deliveries",
+                ),
+                (
+                    "CPU per message: nginx",
+                    [r.get("proxy_cpu_ms_per_message") for r in rounds],
+                    "ms",
+                    False,
+                    "the proxy's workers, relaying it to every reader",
+                ),
+                (
+                    "CPU per message: readers",
+                    [r.get("readers_cpu_ms_per_message") for r in rounds],
+                    "ms",
+                    False,
+                    "the bench's reader processes, receiving and checking it",
+                ),
+                (
                     "server CPU publishing",
                     [r.get("server_cpu_percent") for r in rounds],
                     "% core",
                     False,
-                    f"live + proxy + api; the readers' process: {client_cpu:.0f} % of a core",
+                    f"live + proxy + api; the {READER_PROCESSES} reader processes: "
+                    f"{client_cpu:.0f} % of a core",
                 ),
                 (
                     "reader requests",

@@ -235,3 +235,59 @@ def test_stopping_tells_every_stream_where_to_resume(tmp_path: Path) -> None:
     finally:
         events.close()
         live.kill()
+
+
+def _raw_until(events: Events, seconds: float) -> bytes:
+    """Every byte the stream sends for ``seconds`` (comments included)."""
+    deadline = time.monotonic() + seconds
+    got = events.buffer
+    events.buffer = b""
+    while (left := deadline - time.monotonic()) > 0:
+        events.sock.settimeout(left)
+        try:
+            chunk = events.sock.recv(65536)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def test_heartbeats_go_to_idle_streams_only(tmp_path: Path) -> None:
+    """An idle stream hears a comment every interval; one that messages keep busy needs
+    none, and gets none (ten thousand of them would be a fan-out of comments)."""
+    DataDir(tmp_path).ensure()
+    live = LiveProcess(tmp_path, ZOSCII_LIVE_HEARTBEAT_SECONDS="2").start()
+    try:
+        idle_queue, busy_queue = queue_name(), queue_name()
+        (idle_start,) = live.publish(idle_queue, b"0")
+        (busy_start,) = live.publish(busy_queue, b"0")
+        idle = Events(live, idle_queue, after=idle_start)
+        busy = Events(live, busy_queue, after=busy_start)
+        try:
+            stop = time.monotonic() + 7
+
+            def publish() -> None:
+                while time.monotonic() < stop:
+                    live.publish(busy_queue, b"m")
+                    time.sleep(0.2)
+
+            async def both() -> tuple[bytes, bytes]:
+                publishing = asyncio.create_task(asyncio.to_thread(publish))
+                got = await asyncio.gather(
+                    asyncio.to_thread(_raw_until, idle, 6.5),
+                    asyncio.to_thread(_raw_until, busy, 6.5),
+                )
+                await publishing
+                return got[0], got[1]
+
+            idle_bytes, busy_bytes = asyncio.run(both())
+            assert idle_bytes.count(b": keep-alive\n\n") >= 2, idle_bytes
+            assert busy_bytes.count(b"data: m\n") >= 20, busy_bytes[:200]
+            assert b": keep-alive" not in busy_bytes
+        finally:
+            idle.close()
+            busy.close()
+    finally:
+        live.kill()

@@ -62,7 +62,7 @@ CLOSE_STOPPING = 1001  # going away
 
 
 class Subscriber(Reader):
-    __slots__ = ("conn", "follower", "kind", "position", "streams")
+    __slots__ = ("conn", "follower", "kind", "position", "streams", "written")
 
     def __init__(
         self, streams: Streams, follower: Follower, conn: Connection, kind: str, position: str
@@ -72,6 +72,7 @@ class Subscriber(Reader):
         self.conn = conn
         self.kind = kind  # "sse" or "websocket"
         self.position = position  # the last name written to it
+        self.written = False  # messages written since the last heartbeat tick
 
     def deliver(self, items: list[Item], names: list[str], cache: dict[Any, Any]) -> None:
         start = first_after(names, self.position)
@@ -236,6 +237,7 @@ class Streams:
         data, size = encode(subscriber.kind, items)
         subscriber.conn.write(data)
         subscriber.position = items[-1].name
+        subscriber.written = True
         self.metrics.count(subscriber.follower.queue, len(items), size, subscriber.kind)
 
     # --- while live ---------------------------------------------------------------------
@@ -254,6 +256,7 @@ class Streams:
             return False
         conn.write(data)
         subscriber.position = last
+        subscriber.written = True
         return True
 
     def disconnect(self, subscriber: Subscriber, code: str, reason: str) -> None:
@@ -278,12 +281,19 @@ class Streams:
         self.hub.remove(subscriber.follower, subscriber)
 
     async def heartbeats(self) -> None:
-        """An SSE comment or a WebSocket ping on every stream, so that proxies and NATs
-        keep idle streams open and dead readers are found."""
+        """An SSE comment or a WebSocket ping on every idle stream, so that proxies and
+        NATs keep it open and dead readers are found. A stream written to since the last
+        tick is not idle and gets none: ten thousand streams followed live would
+        otherwise take a second fan-out of bytes nobody reads, every interval, in the
+        middle of the messages' (so a stream hears from the server at least every two
+        intervals, an idle one every interval)."""
         interval = self.hub.settings.heartbeat_seconds
         while True:
             await asyncio.sleep(interval)
             for subscriber in list(self.subscribers):
+                if subscriber.written:
+                    subscriber.written = False
+                    continue
                 conn = subscriber.conn
                 if not conn.closed and conn.pending() < self.max_pending:
                     conn.write(SSE_HEARTBEAT if subscriber.kind == "sse" else WS_PING)
