@@ -36,8 +36,8 @@ from typing import Any
 import requests
 
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess
 from tests.support.api_server import running_api
+from tests.support.phpmq_gateway import GatewayProcess
 from zosciimq.client import ZosciiClient
 
 PARTNER, READER, ALICE, BOB = (f"{who}-attack-token-0123456789" for who in ("p", "r", "a", "b"))

@@ -39,8 +39,8 @@ import psutil
 
 from bench.context import PAYLOAD_1K
 from tests.phpmq import wire
-from tests.phpmq.conftest import GatewayProcess
 from tests.support.api_server import ApiServer
+from tests.support.phpmq_gateway import GatewayProcess
 from zosciimq.client import ZosciiClient
 from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
 from zosciimq.core.groups import ConsumerGroups, GroupStats

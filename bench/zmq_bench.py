@@ -27,8 +27,8 @@ from pathlib import Path
 import psutil
 import zmq
 
+from tests.support.zmq_gateway import Gateway
 from tests.zmq import wire
-from tests.zmq.conftest import Gateway
 
 CHUNK = b"x" * 1024
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.fanout_readers import KINDS, ReaderProcesses, Tally, payload
-from tests.live.conftest import LiveProcess, queue_name
+from tests.support.live_process import LiveProcess
+from tests.support.queues import queue_name
 from zosciimq.core import DataDir
 
 READERS = 40
