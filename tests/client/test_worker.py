@@ -190,6 +190,7 @@ def slow_handler(
     return handle
 
 
+@pytest.mark.slow  # a handler slower than its lease
 def test_the_heartbeat_keeps_a_slow_handlers_message(api: tuple[str, Path]) -> None:
     queue = queue_name()
     with ZosciiClient(api[0]) as client, ZosciiClient(api[0]) as rival:

@@ -141,6 +141,7 @@ def consume(live: LiveProcess, queue: str, **params: object) -> requests.Respons
     )
 
 
+@pytest.mark.slow  # seconds of lease and wait
 def test_a_waiting_consume_leases_the_next_message_once(live: LiveProcess) -> None:
     queue = queue_name()
     live.publish(queue, b"first")

@@ -286,6 +286,7 @@ def test_each_dispatched_message_arrives_in_one_send(gateway: GatewayProcess) ->
             client.send(wire.ack(queue, message.id))
 
 
+@pytest.mark.slow  # works past a 3 s lease
 def test_leases_are_renewed_while_the_connection_is_open(gateway: GatewayProcess) -> None:
     """The gateway's lease is 3 s here: a client working longer keeps its message."""
     queue = queue_name()

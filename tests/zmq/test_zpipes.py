@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import zmq
 from zoscii_zmq.pipes import pipe_queue
 
@@ -161,6 +162,7 @@ def test_a_reader_close_discards_and_fails_the_writer(
         assert reader.read(3, 1000) == ("READ_OK", b"new")
 
 
+@pytest.mark.slow  # waits out the idle expiry
 def test_a_silent_client_is_dropped(gateway: Gateway, context: zmq.Context) -> None:
     """ZOSCII_ZPIPES_IDLE_SECONDS=3 here (zbroker's server/timeout): no reply for the
     dropped call, the next request is a new client's."""
