@@ -113,14 +113,15 @@ test: lint e2e-images
 # slow as a whole is not even imported: tests/conftest.py), a twentieth of each property's
 # examples (tests/support/tiers.py), temporary files on tmpfs where there is one (its
 # tests fsync a lot; durability on a disk is for the slow tier's crash and power-loss
-# tests), on two processes (pytest-xdist: most of the tier's time is waiting for leases,
-# servers and timeouts, which overlap). `make test` runs all of it, in full, in one
-# process, on the disk.
+# tests), on three processes (pytest-xdist: most of the tier's time is waiting for leases,
+# servers and timeouts, which overlap: on this 2-core machine, idle, 61-62 s on two, 42-45
+# on three, no better on four). `make test` runs all of it, in full, in one process, on
+# the disk.
 test-unit: venv
 	tmp=$$(test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo "$${TMPDIR:-/tmp}"); \
 	  rm -rf "$(PYCACHE)$$tmp" && \
 	  TMPDIR=$$tmp $(PYTEST) tests --ignore=tests/e2e -m "not slow" --hypothesis-profile=fast \
-	  -n 2
+	  -n 3
 
 test-e2e: venv e2e-images
 	$(PYTEST) tests/e2e

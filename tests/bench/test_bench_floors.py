@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import requests
 from werkzeug.test import Client
 
@@ -24,6 +25,7 @@ def test_both_apps_answer_the_77_byte_envelope() -> None:
         assert reply.headers["Content-Length"] == "77"
 
 
+@pytest.mark.slow  # a gunicorn of its own
 def test_the_raw_floor_reads_the_whole_body(tmp_path: Path) -> None:
     """Under gunicorn with the api's worker class: a keep-alive connection's next request
     is parsed where the last body ended, so a body left unread would break it."""

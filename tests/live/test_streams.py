@@ -10,6 +10,7 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
 import requests
 from websockets.asyncio.client import connect
 
@@ -254,6 +255,7 @@ def _raw_until(events: Events, seconds: float) -> bytes:
     return got
 
 
+@pytest.mark.slow  # waits out heartbeat intervals
 def test_heartbeats_go_to_idle_streams_only(tmp_path: Path) -> None:
     """An idle stream hears a comment every interval; one that messages keep busy needs
     none, and gets none (ten thousand of them would be a fan-out of comments)."""

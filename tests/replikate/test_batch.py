@@ -157,6 +157,7 @@ def test_against_the_original_batches_fall_back_to_single_fetches(
     assert 'zoscii_replikate_source_batch_support{replication="test-job"} 0.0' in body
 
 
+@pytest.mark.slow  # times a polling pace over seconds
 def test_waiting_against_the_original_polls_at_a_steady_pace(
     original: FakeOriginalServer, tmp_path: Path
 ) -> None:
