@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from zosciimq.settings import SettingsError
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -67,6 +69,25 @@ def is_in(address: Address | None, ranges: Iterable[Network]) -> bool:
 def is_host_name(text: str) -> bool:
     """A DNS name (letters, digits, hyphens, dots) rather than an address or range."""
     return bool(_HOST_NAME.fullmatch(text.strip())) and not _is_network(text)
+
+
+def network_setting(raw: str, variable: str, *, host_names: bool = False) -> tuple[str, ...]:
+    """A comma-separated setting of addresses and CIDR ranges (with ``host_names``, names
+    too: they stand for the addresses they resolve to), each checked, kept as given."""
+    items = tuple(item.strip() for item in raw.split(",") if item.strip())
+    for item in items:
+        if host_names and is_host_name(item):
+            continue
+        try:
+            parse_network(item)  # as they are used
+        except ValueError:
+            raise SettingsError(f"{variable}: {item!r} is not an address") from None
+    return items
+
+
+def trusted_proxies_setting(raw: str) -> tuple[str, ...]:
+    """``ZOSCII_TRUSTED_PROXIES``, read alike by every service that believes a proxy."""
+    return network_setting(raw, "ZOSCII_TRUSTED_PROXIES", host_names=True)
 
 
 def _is_network(text: str) -> bool:

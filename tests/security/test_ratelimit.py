@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from zoscii_live.settings import LiveSettings
 
 from tests.security.figures import TALLY
 from tests.support.api_app import make_client
@@ -103,6 +104,18 @@ def test_settings(tmp_path: Path) -> None:
         ApiSettings.from_env({"ZOSCII_TRUSTED_PROXIES": "proxy.example.com/24"})
     with pytest.raises(SettingsError, match="ZOSCII_RATE_LIMIT"):
         ApiSettings.from_env({"ZOSCII_RATE_LIMIT": "-1"})
+
+
+def test_the_api_and_the_live_service_read_trusted_proxies_alike() -> None:
+    """Both believe a proxy named as compose names it (issue 27: never an address pool
+    that every container shares); the live service once refused a name and so was left
+    trusting the pools."""
+    env = {"ZOSCII_DATA_DIR": "/nonexistent", "ZOSCII_TRUSTED_PROXIES": "proxy, 10.0.0.0/8"}
+    assert ApiSettings.from_env(env).trusted_proxies == ("proxy", "10.0.0.0/8")
+    assert LiveSettings.from_env(env).trusted_proxies == ("proxy", "10.0.0.0/8")
+    for settings in (ApiSettings, LiveSettings):
+        with pytest.raises(SettingsError, match="ZOSCII_TRUSTED_PROXIES"):
+            settings.from_env({**env, "ZOSCII_TRUSTED_PROXIES": "proxy.example.com/24"})
 
 
 TOKEN_A, TOKEN_B = "token-a-0123456789abcdef", "token-b-0123456789abcdef"

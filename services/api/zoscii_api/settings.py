@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zosciimq.access import AccessControl
-from zosciimq.addresses import is_host_name, parse_network
+from zosciimq.addresses import network_setting, trusted_proxies_setting
 from zosciimq.core.policy import PolicySource
 from zosciimq.cors import parse_origins
 from zosciimq.service.config import read_service_env
@@ -54,30 +54,11 @@ def _queues(raw: str) -> frozenset[str]:
     return frozenset(q.strip().lower() for q in raw.split(",") if q.strip())
 
 
-def _networks(raw: str, variable: str = "ZOSCII_ADMIN_ALLOW") -> tuple[str, ...]:
-    items = tuple(item.strip() for item in raw.split(",") if item.strip())
-    for item in items:
-        try:
-            parse_network(item)  # as they are used (zosciimq.addresses)
-        except ValueError:
-            raise SettingsError(f"{variable}: {item!r} is not an address") from None
-    return items
-
-
-def _trusted_proxies(raw: str) -> tuple[str, ...]:
-    """Addresses, CIDR ranges or host names (a name: only the addresses it resolves to)."""
-    items = tuple(item.strip() for item in raw.split(",") if item.strip())
-    for item in items:
-        if not is_host_name(item):
-            _networks(item, "ZOSCII_TRUSTED_PROXIES")
-    return items
-
-
 def _admin_allow(raw: str) -> tuple[str, ...]:
     """CIDR list the admin actions are further restricted to; ``none``: nobody."""
     if raw.strip().lower() == "none":
         return ()
-    return _networks(raw, "ZOSCII_ADMIN_ALLOW")
+    return network_setting(raw, "ZOSCII_ADMIN_ALLOW")
 
 
 def _direct_access(raw: str) -> str:
@@ -111,7 +92,7 @@ class ApiSettings:
     rate_limit: float = env_field("ZOSCII_RATE_LIMIT", 0.0, minimum=0.0)  # per client, 0: off
     rate_burst: int = env_field("ZOSCII_RATE_BURST", 0, minimum=0)  # 0: one second's worth
     trusted_proxies: tuple[str, ...] = env_field(
-        "ZOSCII_TRUSTED_PROXIES", (), parse=_trusted_proxies
+        "ZOSCII_TRUSTED_PROXIES", (), parse=trusted_proxies_setting
     )  # peers whose X-Forwarded-For is believed
     # Admin actions, besides their credential, only from these addresses (CIDR list,
     # "none" for nobody; unset: from anywhere); the address is REMOTE_ADDR, or through

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from zosciimq.access import AccessControl
-from zosciimq.addresses import parse_network
+from zosciimq.addresses import trusted_proxies_setting
 from zosciimq.core.policy import PolicySource
 from zosciimq.cors import parse_origins
 from zosciimq.service.config import read_service_env
@@ -31,16 +31,6 @@ def _watch(raw: str) -> str:
     if mode not in WATCH_MODES:
         raise SettingsError(f"ZOSCII_LIVE_WATCH={raw!r}: use auto, inotify or poll")
     return mode
-
-
-def _networks(raw: str) -> tuple[str, ...]:
-    items = tuple(item.strip() for item in raw.split(",") if item.strip())
-    for item in items:
-        try:
-            parse_network(item)
-        except ValueError:
-            raise SettingsError(f"ZOSCII_TRUSTED_PROXIES: {item!r} is not an address") from None
-    return items
 
 
 def _actions(raw: str) -> frozenset[str]:
@@ -93,7 +83,9 @@ class LiveSettings:
     enabled_actions: frozenset[str] = env_field("ZOSCII_ACTIONS", SERVED_ACTIONS, parse=_actions)
     rate_limit: float = env_field("ZOSCII_RATE_LIMIT", 0.0, minimum=0.0)
     rate_burst: int = env_field("ZOSCII_RATE_BURST", 0, minimum=0)
-    trusted_proxies: tuple[str, ...] = env_field("ZOSCII_TRUSTED_PROXIES", (), parse=_networks)
+    trusted_proxies: tuple[str, ...] = env_field(
+        "ZOSCII_TRUSTED_PROXIES", (), parse=trusted_proxies_setting
+    )
     # Web pages of these origins may read streams and answers (CORS); empty: none.
     cors_origins: tuple[str, ...] = env_field("ZOSCII_CORS_ORIGINS", (), parse=parse_origins)
     access: AccessControl = field(default_factory=lambda: AccessControl([]))
