@@ -24,13 +24,13 @@ from zoscii_api.responses import Answer, envelope
 from zoscii_api.settings import ApiSettings
 from zoscii_api.waiting import QueueWatcher
 from zoscii_api.work import WorkActions
-from zosciimq.core import DataDir, DataStore, QueueStore
+from zosciimq.core import DataDir, DataStore
 from zosciimq.core.admin import QueueAdmin
 from zosciimq.core.clock import Clock, utc_now
-from zosciimq.core.groups import ConsumerGroups
 from zosciimq.core.restart import recover_at_start
 from zosciimq.errors import VolumeUnavailable, ZosciiError
 from zosciimq.ratelimit import Admission
+from zosciimq.service.stores import open_stores
 
 log = logging.getLogger(__name__)
 
@@ -42,31 +42,19 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
     if problem:
         log.error("data directory not usable: %s", problem)
     metrics = ApiMetrics()
-    durability = settings.core.durability()
     audit = Audit(metrics)
-    queues = QueueStore(
-        data_dir,
-        clock=clock,
-        rules=settings.policy.rule_for,
-        default_retention_days=settings.core.default_retention_days,
-        durability=durability,
-    )
+    stores = open_stores(settings.core, settings.policy, settings.max_deliveries, clock=clock)
+    queues, groups = stores.queues, stores.groups
     store = DataStore(
         data_dir,
         clock=clock,
-        durability=durability,
+        durability=queues.durability,  # the same mode and flusher as the queues
         checkpointer=queues.checkpointer,
         flusher=queues.flusher,
     )
     if not settings.read_only and not problem:
         recover_at_start(queues, store)  # before this worker answers
     watcher = QueueWatcher(queues.change_token, settings.wait_poll_ms / 1000, settings.max_waiters)
-    groups = ConsumerGroups(
-        data_dir,
-        queues,
-        max_deliveries=settings.max_deliveries,
-        max_deliveries_for=settings.policy.max_deliveries_for,
-    )
     actions = Actions(
         settings=settings,
         queues=queues,

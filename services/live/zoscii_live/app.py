@@ -36,8 +36,7 @@ from zoscii_live.replies import envelope
 from zoscii_live.settings import LiveSettings
 from zoscii_live.stream import Streams
 from zoscii_live.waiting import ConsumeAsk, FetchAsk, Fetcher, GroupWork
-from zosciimq.core import DataDir, QueueStore
-from zosciimq.core.groups import ConsumerGroups, clean_group
+from zosciimq.core.groups import clean_group
 from zosciimq.core.names import clean_pointer, clean_queue
 from zosciimq.cors import Cors
 from zosciimq.errors import (
@@ -48,6 +47,7 @@ from zosciimq.errors import (
     ZosciiError,
 )
 from zosciimq.ratelimit import Admission
+from zosciimq.service.stores import open_stores
 
 log = logging.getLogger(__name__)
 
@@ -64,19 +64,8 @@ class LiveApp:
     def __init__(self, settings: LiveSettings, metrics: LiveMetrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.data_dir = DataDir(settings.data_dir)
-        self.queues = QueueStore(
-            self.data_dir,
-            rules=settings.policy.rule_for,
-            default_retention_days=settings.core.default_retention_days,
-            durability=settings.core.durability(),
-        )
-        self.groups = ConsumerGroups(
-            self.data_dir,
-            self.queues,
-            max_deliveries=settings.max_deliveries,
-            max_deliveries_for=settings.policy.max_deliveries_for,
-        )
+        stores = open_stores(settings.core, settings.policy, settings.max_deliveries)
+        self.data_dir, self.queues, self.groups = stores.data_dir, stores.queues, stores.groups
         self.limits = ConnectionLimits(
             settings.max_connections,
             header_timeout=settings.header_timeout_seconds,

@@ -86,8 +86,8 @@ from zoscii_phpmq.protocol import (
 )
 from zoscii_phpmq.settings import Settings
 from zosciimq.access import Client
-from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
-from zosciimq.core.groups import ConsumerGroups, Delivery, Outcome
+from zosciimq.core import Outgoing, Upload
+from zosciimq.core.groups import Delivery, Outcome
 from zosciimq.core.names import clean_queue, parse_name
 from zosciimq.core.restart import recover_at_start
 from zosciimq.core.upload import INLINE_BYTES
@@ -100,6 +100,7 @@ from zosciimq.errors import (
     Unauthenticated,
     ZosciiError,
 )
+from zosciimq.service.stores import open_stores
 
 log = logging.getLogger(__name__)
 
@@ -237,19 +238,8 @@ class Gateway:
     def __init__(self, settings: Settings, metrics: PhpmqMetrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.data_dir = DataDir(settings.data_dir)
-        self.queues = QueueStore(
-            self.data_dir,
-            rules=settings.policy.rule_for,
-            default_retention_days=settings.core.default_retention_days,
-            durability=settings.core.durability(),
-        )
-        self.groups = ConsumerGroups(
-            self.data_dir,
-            self.queues,
-            max_deliveries=settings.max_deliveries,
-            max_deliveries_for=settings.policy.max_deliveries_for,
-        )
+        stores = open_stores(settings.core, settings.policy, settings.max_deliveries)
+        self.data_dir, self.queues, self.groups = stores.data_dir, stores.queues, stores.groups
         self.pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="phpmq-core")
         self.ids = Ids(settings.max_ids)
         self.connections: set[Connection] = set()

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from zoscii_zmq.settings import Settings
-from zosciimq.core import DataDir, Outgoing, QueueStore, Upload
-from zosciimq.core.groups import ConsumerGroups
+from zosciimq.core import Outgoing, Upload
 from zosciimq.errors import TryAgain
+from zosciimq.service.stores import open_stores
 
 T = TypeVar("T")
 PUBLISH_RETRIES = 20  # a queue's 10,000 names of one second used up: wait for the next
@@ -25,19 +25,8 @@ PUBLISH_RETRIES = 20  # a queue's 10,000 names of one second used up: wait for t
 class Storage:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.data_dir = DataDir(settings.data_dir)
-        self.queues = QueueStore(
-            self.data_dir,
-            rules=settings.policy.rule_for,
-            default_retention_days=settings.core.default_retention_days,
-            durability=settings.core.durability(),
-        )
-        self.groups = ConsumerGroups(
-            self.data_dir,
-            self.queues,
-            max_deliveries=settings.max_deliveries,
-            max_deliveries_for=settings.policy.max_deliveries_for,
-        )
+        stores = open_stores(settings.core, settings.policy, settings.max_deliveries)
+        self.data_dir, self.queues, self.groups = stores.data_dir, stores.queues, stores.groups
         self.pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="zmq-core")
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
