@@ -15,7 +15,8 @@ from zoscii_phpmq.gateway import Gateway
 from zoscii_phpmq.metrics import PhpmqMetrics
 from zoscii_phpmq.settings import Settings
 from zosciimq.core import DataDir
-from zosciimq.service import EXIT_FAILED, EXIT_OK, Health, OpsServer, ops_app
+from zosciimq.service import EXIT_FAILED, EXIT_OK, Health
+from zosciimq.service.ops import serve_async
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +38,8 @@ class Service:
         return Health(problem, details)
 
     def serve(self) -> int:
-        try:
-            self.data_dir.ensure()
-        except OSError as exc:  # /healthz says why
-            log.error("cannot prepare %s: %s", self.data_dir.root, exc)
-        server = OpsServer(
-            self.settings.host,
-            self.settings.metrics_port,
-            ops_app(self.health, self.metrics.registry),
-        ).start()
-        try:
-            return asyncio.run(self._main())
-        finally:
-            server.stop()
+        ops = (self.settings.host, self.settings.metrics_port, self.health, self.metrics.registry)
+        return serve_async(self.data_dir, ops, self._main)
 
     async def _main(self) -> int:
         self.gateway = Gateway(self.settings, self.metrics)

@@ -8,10 +8,11 @@ drown the lines that matter. Anything but GET/HEAD is 405; unknown paths are 404
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -19,6 +20,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from zosciimq.core.layout import DataDir
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +123,23 @@ class OpsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+def serve_async(
+    data_dir: DataDir,
+    ops: tuple[str, int, Callable[[], Health], CollectorRegistry],
+    main: Callable[[], Coroutine[Any, Any, int]],
+) -> int:
+    """An asyncio service's life (the gateways): its data directory prepared (a failure
+    is for /healthz to tell, not a reason not to start), /healthz and /metrics served on
+    ``ops`` = (host, port, health, registry) beside it, and ``main`` run to its exit code."""
+    try:
+        data_dir.ensure()
+    except OSError as exc:
+        log.error("cannot prepare %s: %s", data_dir.root, exc)
+    host, port, health, registry = ops
+    server = OpsServer(host, port, ops_app(health, registry)).start()
+    try:
+        return asyncio.run(main())
+    finally:
+        server.stop()
