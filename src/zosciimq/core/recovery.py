@@ -201,12 +201,15 @@ class QueueRecovery:
         crash), or a last visible record that is no name (a power loss) → rebuilt.
         """
         wal = files.wal(create=False)
+        wal_header = None  # read once: nothing else writes the log while the lock is held
         if wal is not None:
             try:
-                if wal.header().boot != walfile.boot_id():
+                wal_header = wal.header()
+                if wal_header.boot != walfile.boot_id():
                     self.after_reboot(files, wal)
+                    wal_header = wal.header()
             except LogCorrupt:
-                wal = None  # never finished: the committer makes it again
+                wal, wal_header = None, None  # never finished: the committer makes it again
         files.wal_checked = True
         index = files.locked_index()
         header = index.header()
@@ -219,7 +222,7 @@ class QueueRecovery:
         elif header.matches(dir_stat or os.lstat(files.dir)) and _tail_is_sound(
             files, index, header
         ):
-            return Sound(index, header, wal, wal.header() if wal is not None else None)
+            return Sound(index, header, wal, wal_header)
         else:
             floor = header.last
         files.index.give_back(index)
