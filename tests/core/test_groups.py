@@ -268,6 +268,70 @@ def test_a_publisher_whose_flush_fails_releases_the_lingering_leader(data_dir, m
     assert not os.listdir(data_dir.temp), "the failed upload was left behind"
 
 
+@pytest.mark.parametrize(
+    ("arrivals", "flushes_expected"),
+    [
+        ((("B", None), ("C", None), ("D", None)), 1),
+        # E's nonce lock is not the leader's: E waits, and F behind it too (arrival order)
+        ((("E", "nonce-e"), ("F", None)), 2),
+    ],
+)
+def test_publishers_arriving_while_the_leader_waits_for_the_lock_join_its_group(
+    data_dir, queues, monkeypatch, arrivals, flushes_expected
+):
+    """Another process commits (it holds the queue's lock): this process's leader waits
+    for the lock, and the publishers that arrive meanwhile go into its group rather than
+    wait for one more commit, so one log flush covers them all, in arrival order."""
+    publish_many(queues, data_dir, "q", [b"first"])
+    flushes = _count_log_flushes(monkeypatch)
+    held, release = threading.Event(), threading.Event()
+
+    def other_process() -> None:
+        with queues._open.use("q") as files, files.lock:
+            held.set()
+            assert release.wait(30)
+
+    holder = threading.Thread(target=other_process)
+    holder.start()
+    assert held.wait(10)
+    results: dict[str, str] = {}
+
+    def publish(label: str, nonce: str | None = None) -> threading.Thread:
+        def run() -> None:
+            nonces = [nonce] if nonce else None
+            result = publish_many(queues, data_dir, "q", [label.encode()], nonces)
+            results[label] = result[0].name
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    with queues._open.use("q") as files:
+        lane = files.lane
+    publishers = [publish("A")]
+    _until(lambda: lane.committing, "the leader never started its commit")
+    for waiting, (label, nonce) in enumerate(arrivals, start=1):
+        publishers.append(publish(label, nonce))
+        _until(lambda w=waiting: len(lane.waiting) == w, f"{label} never waited")
+    release.set()
+    for thread in [holder, *publishers]:
+        thread.join(30)
+    labels = ["A", *(label for label, _ in arrivals)]
+    assert flushes[0] == flushes_expected
+    assert [results[label] for label in labels] == sorted(results.values())
+    assert [body for _, body in queue_contents(data_dir, "q")] == [
+        b"first",
+        *(label.encode() for label in labels),
+    ]
+
+
+def _until(condition, why: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, why
+        time.sleep(0.002)
+
+
 def _visible_now(data_dir: DataDir, queue: str, name: str) -> bool:
     """Whether a consumer arriving now finds ``name`` (its pointer just below it)."""
     just_below = name[:-5]  # a prefix of the name sorts right before it

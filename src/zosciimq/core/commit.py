@@ -101,6 +101,7 @@ class QueueCommitter:
         """Commit a group; every submission in it ends done, with results or an error."""
         nonces = [m.nonce for s in group for m in s.work]
         with self.nonces.lock(*nonces), files.lock:
+            files.lane.join(group, _joinable(group))  # who came while we waited for it
             dir_stat = files.made_dir_stat()
             sound = self.recovery.sound_index(files, dir_stat)
             index, header = sound.index, sound.header
@@ -373,6 +374,24 @@ class QueueCommitter:
             log.exception("queue %s: a failed group could not be undone", files.name)
             return
         self._clear_pending(index, header)
+
+
+def _joinable(group: list[Publish]) -> Callable[[list[Publish]], int]:
+    """How many of the lane's waiting submissions may join ``group`` once its locks are
+    held: those without a nonce (the locks of theirs are not held), while the group
+    stays within its cap."""
+    room = MAX_GROUP_MESSAGES - sum(len(s.work) for s in group)
+
+    def fits(waiting: list[Publish]) -> int:
+        left, count = room, 0
+        for submission in waiting:
+            left -= len(submission.work)
+            if left < 0 or any(m.nonce is not None for m in submission.work):
+                break
+            count += 1
+        return count
+
+    return fits
 
 
 def _header_of(wal: WriteAheadLog) -> LogHeader:

@@ -82,6 +82,23 @@ class Lane(Generic[W, R]):
         if self.lingerer is not None and not self.arriving:
             self.lingerer.rouse()
 
+    def join(
+        self,
+        group: list[Submission[W, R]],
+        fits: Callable[[list[Submission[W, R]]], int],
+    ) -> None:
+        """Move the callers that came while ``group``'s leader waited for its locks into
+        ``group`` (``fits(waiting)``: how many of them it can take, from the front).
+
+        A leader waits for the queue's lock while another process commits; the callers
+        that arrive meanwhile would otherwise wait for that commit and then one more.
+        The group's caller rouses them with the rest (``submit``)."""
+        with self.turn:
+            count = fits(self.waiting) if self.waiting else 0
+            if count:
+                group.extend(self.waiting[:count])
+                del self.waiting[:count]
+
     def submit(
         self,
         work: W,
