@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.lanes import arrive_while_locked
 from tests.support.publisher import payload
 from tests.support.queues import publish_many, queue_contents, uploads_of, wal_records
 from zosciimq.core import DataDir, QueueStore
@@ -284,52 +285,30 @@ def test_publishers_arriving_while_the_leader_waits_for_the_lock_join_its_group(
     wait for one more commit, so one log flush covers them all, in arrival order."""
     publish_many(queues, data_dir, "q", [b"first"])
     flushes = _count_log_flushes(monkeypatch)
-    held, release = threading.Event(), threading.Event()
 
-    def other_process() -> None:
-        with queues._open.use("q") as files, files.lock:
-            held.set()
-            assert release.wait(30)
+    def queue_lock():
+        with queues._open.use("q") as files:
+            return files.lock
 
-    holder = threading.Thread(target=other_process)
-    holder.start()
-    assert held.wait(10)
-    results: dict[str, str] = {}
+    def lane():
+        with queues._open.use("q") as files:
+            return files.lane
 
-    def publish(label: str, nonce: str | None = None) -> threading.Thread:
-        def run() -> None:
-            nonces = [nonce] if nonce else None
-            result = publish_many(queues, data_dir, "q", [label.encode()], nonces)
-            results[label] = result[0].name
+    def publish(label: str, nonce: str | None = None):
+        nonces = [nonce] if nonce else None
+        return lambda: publish_many(queues, data_dir, "q", [label.encode()], nonces)[0].name
 
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    with queues._open.use("q") as files:
-        lane = files.lane
-    publishers = [publish("A")]
-    _until(lambda: lane.committing, "the leader never started its commit")
-    for waiting, (label, nonce) in enumerate(arrivals, start=1):
-        publishers.append(publish(label, nonce))
-        _until(lambda w=waiting: len(lane.waiting) == w, f"{label} never waited")
-    release.set()
-    for thread in [holder, *publishers]:
-        thread.join(30)
-    labels = ["A", *(label for label, _ in arrivals)]
+    names = arrive_while_locked(
+        queue_lock, lane, publish("A"), [publish(label, nonce) for label, nonce in arrivals]
+    )
     assert flushes[0] == flushes_expected
-    assert [results[label] for label in labels] == sorted(results.values())
+    assert all(isinstance(name, str) for name in names), names
+    assert names == sorted(names), "names out of arrival order"
     assert [body for _, body in queue_contents(data_dir, "q")] == [
         b"first",
-        *(label.encode() for label in labels),
+        b"A",
+        *(label.encode() for label, _ in arrivals),
     ]
-
-
-def _until(condition, why: str) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, why
-        time.sleep(0.002)
 
 
 def _visible_now(data_dir: DataDir, queue: str, name: str) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.lanes import arrive_while_locked
 from tests.support.queues import publish_body, publish_many, queue_contents, uploads_of, wal_records
 from zosciimq.core import DataDir, DataStore, QueueStore, Upload
 from zosciimq.core import wal as walfile
@@ -419,6 +420,85 @@ def test_eight_consumers_acking_at_once_share_flushes(data_dir: DataDir, monkeyp
     assert outcomes == ["ok"] * 400
     assert groups.stats("q", "g").acked == 400
     assert flushes[0] < 400, "no two acks ever shared a flush"
+
+
+def _count_flushes(monkeypatch, suffix: str) -> list[int]:
+    """Counts fdatasync calls on files whose path ends with ``suffix``."""
+    flushes = [0]
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(suffix):
+            flushes[0] += 1
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    return flushes
+
+
+def test_acks_arriving_while_the_leader_waits_for_the_group_lock_share_its_flush(
+    data_dir: DataDir, monkeypatch
+) -> None:
+    """Another process holds the consumer group's lock: the acks that arrive while this
+    process's leader waits for it are settled in the leader's commit, one flush."""
+    queues = QueueStore(data_dir)
+    groups = ConsumerGroups(data_dir, queues)
+    publish_many(queues, data_dir, "q", [b"%d" % i for i in range(4)])
+    receipts = []
+    for delivery in groups.consume("q", "g", count=4, lease=60, consumer="c"):
+        delivery.file.close()
+        receipts.append(delivery.receipt)
+    flushes = _count_flushes(monkeypatch, ".log")
+
+    def ack(receipt: str):
+        return lambda: [o.result for o in groups.ack("q", "g", [receipt])]
+
+    results = arrive_while_locked(
+        lambda: groups._locked("q", "g"),
+        lambda: groups._lanes[("q", "g")],
+        ack(receipts[0]),
+        [ack(receipt) for receipt in receipts[1:]],
+    )
+    assert results == [["ok"]] * 4
+    assert flushes[0] == 1, "the acks that came meanwhile waited for another flush"
+    assert groups.stats("q", "g").acked == 4
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "flushes_expected"),
+    [
+        (((b"b", None), (b"c", None)), 1),
+        (((b"d", "n-d"), (b"e", None)), 2),  # d's nonce lock is not held: d, then e, wait
+    ],
+)
+def test_stores_arriving_while_the_leader_waits_for_the_lock_share_its_flush(
+    data_dir: DataDir, monkeypatch, arrivals, flushes_expected
+) -> None:
+    """The store's commits join as a queue's do: one flush for those that came while the
+    leader waited for the store's lock, in arrival order."""
+    store = DataStore(data_dir)
+
+    def stored(body: bytes, nonce: str | None = None):
+        def run() -> str | None:
+            with Upload(data_dir) as upload:
+                upload.write(body)
+                return store.store(upload, retention_days=1, nonce=nonce).name
+
+        return run
+
+    flushes = _count_flushes(monkeypatch, "store.wal")
+    names = arrive_while_locked(
+        lambda: store._lock,
+        lambda: store._lane,
+        stored(b"a"),
+        [stored(body, nonce) for body, nonce in arrivals],
+    )
+    assert all(isinstance(name, str) for name in names), names
+    assert flushes[0] == flushes_expected
+    for name, body in zip(names, [b"a", *(body for body, _ in arrivals)], strict=True):
+        _, file, _ = store.retrieve(str(name))
+        with file:
+            assert file.read() == body
 
 
 def test_a_log_naming_paths_outside_the_layout_is_not_followed(

@@ -376,20 +376,15 @@ class QueueCommitter:
         self._clear_pending(index, header)
 
 
-def _joinable(group: list[Publish]) -> Callable[[list[Publish]], int]:
-    """How many of the lane's waiting submissions may join ``group`` once its locks are
-    held: those without a nonce (the locks of theirs are not held), while the group
-    stays within its cap."""
-    room = MAX_GROUP_MESSAGES - sum(len(s.work) for s in group)
+def _joinable(group: list[Publish]) -> Callable[[Publish], bool]:
+    """Which waiting submissions may join ``group`` once its locks are held: those
+    without a nonce (the locks of theirs are not held), while the group stays within
+    its cap."""
+    room = [MAX_GROUP_MESSAGES - sum(len(s.work) for s in group)]
 
-    def fits(waiting: list[Publish]) -> int:
-        left, count = room, 0
-        for submission in waiting:
-            left -= len(submission.work)
-            if left < 0 or any(m.nonce is not None for m in submission.work):
-                break
-            count += 1
-        return count
+    def fits(submission: Publish) -> bool:
+        room[0] -= len(submission.work)
+        return room[0] >= 0 and all(m.nonce is None for m in submission.work)
 
     return fits
 

@@ -85,16 +85,21 @@ class Lane(Generic[W, R]):
     def join(
         self,
         group: list[Submission[W, R]],
-        fits: Callable[[list[Submission[W, R]]], int],
+        fits: Callable[[Submission[W, R]], bool] | None = None,
     ) -> None:
         """Move the callers that came while ``group``'s leader waited for its locks into
-        ``group`` (``fits(waiting)``: how many of them it can take, from the front).
+        ``group``: from the front of the line, while ``fits`` (default: all) says yes,
+        so none overtakes another. Called by a commit function once it holds its locks.
 
-        A leader waits for the queue's lock while another process commits; the callers
+        A leader often waits for its lock while another process commits; the callers
         that arrive meanwhile would otherwise wait for that commit and then one more.
-        The group's caller rouses them with the rest (``submit``)."""
+        ``submit`` finishes and rouses them with the rest of the group."""
         with self.turn:
-            count = fits(self.waiting) if self.waiting else 0
+            count = 0
+            for submission in self.waiting:
+                if fits is not None and not fits(submission):
+                    break
+                count += 1
             if count:
                 group.extend(self.waiting[:count])
                 del self.waiting[:count]

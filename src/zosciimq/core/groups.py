@@ -324,6 +324,7 @@ class ConsumerGroups:
 
         def run(batch: list[Submission[_Operation[Any], Any]]) -> None:
             with self._locked(queue, group) as (state, writer):
+                lane.join(batch)  # who came while we waited for the lock
                 for submission in batch:
                     try:
                         submission.result = submission.work(state, writer)

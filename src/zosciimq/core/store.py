@@ -134,6 +134,8 @@ class DataStore:
     def _commit_group(self, group: list[_Put]) -> None:
         nonces = [i.nonce for s in group for i in s.work]
         with self.nonces.lock(*nonces), self._lock:
+            # who came while we waited for the lock, unless a nonce (its lock not held)
+            self._lane.join(group, lambda s: all(i.nonce is None for i in s.work))
             wal, header, _ = self._log()
             placed: list[tuple[_Item, Path]] = []
             entries: list[Entry] = []
