@@ -6,7 +6,9 @@
 under gunicorn with the api's settings (workers, threads, keepalive, timeout, access
 log, HTTP parser, and the worker class: gthread with the api's keep-alive linger and
 head deadline), read from ``services/api/gunicorn.conf.py`` so they stay alike: a floor
-is what the same server costs for an app that does nothing. The *original* runs when
+is what the same server costs for an app that does nothing. For publishing, the *core
+commit* beside them (``publish_app``: the api's commit without the endpoint, on a data
+directory of its own). The *original* runs when
 ``ZOSCII_BENCH_ORIGINAL`` is set and nginx and php-fpm are installed; otherwise
 ``missing`` says why not.
 """
@@ -44,6 +46,9 @@ DURABILITY = "ZOSCII_DURABILITY"
 
 FLASK_FLOOR = "Flask floor"
 FLOOR_APPS = {RAW_FLOOR: "bench.floor_app:raw_app", FLASK_FLOOR: "bench.floor_app:app"}
+# Publishing only: the core's commit under the same server, without the endpoint.
+CORE_FLOOR = "core commit"
+CORE_APP = "bench.floor_app:publish_app"
 
 
 def api_gunicorn_settings(scratch: Path) -> dict[str, object]:
@@ -74,9 +79,16 @@ class FloorServer:
     api's settings and worker class."""
 
     def __init__(
-        self, workdir: Path, *, workers: int, threads: int, app: str = FLOOR_APPS[FLASK_FLOOR]
+        self,
+        workdir: Path,
+        *,
+        workers: int,
+        threads: int,
+        app: str = FLOOR_APPS[FLASK_FLOOR],
+        env: dict[str, str] | None = None,
     ) -> None:
         self.workdir, self.workers, self.threads, self.app = workdir, workers, threads, app
+        self.env = {**os.environ, **(env or {})}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.process: subprocess.Popen[bytes] | None = None
@@ -104,7 +116,7 @@ class FloorServer:
         ]
         with open(self.workdir / "floor.log", "ab") as out:
             self.process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
             )
         if until_healthy(self.url, timeout, self.process):
             return self
@@ -141,26 +153,38 @@ class Contenders:
     ours: dict[str, Api]  # target name -> the api in that durability mode
     ours_dirs: dict[str, Path]  # target name -> its data directory
     floors: dict[str, FloorServer]  # target name -> the floor app's server
+    floor_dirs: dict[str, Path]  # target name -> the data directory of a floor that has one
     original: OriginalServer | None
     missing: str  # why there is no original, or ""
 
 
 @contextmanager
 def contenders(
-    ctx: Context, workdir: Path, *, ours: dict[str, str] = ONE_MODE, original: bool = True
+    ctx: Context,
+    workdir: Path,
+    *,
+    ours: dict[str, str] = ONE_MODE,
+    original: bool = True,
+    core: bool = False,
 ) -> Iterator[Contenders]:
     """Start ours (one api per entry of ``ours``: target name -> durability mode), both
-    floors and (when possible) the original; stop them all at the end."""
+    floors, with ``core`` the core commit (sync) and (when possible) the original; stop
+    them all at the end."""
     with ExitStack() as stack:
         apis, dirs = {}, {}
         for target, mode in ours.items():
             dirs[target] = workdir / target.replace(" ", "-")
             dirs[target].mkdir(parents=True)
             apis[target] = stack.enter_context(ctx.api(dirs[target], {DURABILITY: mode}))
-        floors = {}
-        for target, app in FLOOR_APPS.items():
+        floors, floor_dirs = {}, {}
+        apps = {**FLOOR_APPS, CORE_FLOOR: CORE_APP} if core else FLOOR_APPS
+        for target, app in apps.items():
             where = workdir / target.replace(" ", "-")
-            floor = FloorServer(where, workers=ctx.workers, threads=ctx.threads, app=app)
+            env = None
+            if app == CORE_APP:
+                floor_dirs[target] = where / "data"
+                env = {"ZOSCII_DATA_DIR": str(where / "data"), DURABILITY: "sync"}
+            floor = FloorServer(where, workers=ctx.workers, threads=ctx.threads, app=app, env=env)
             floors[target] = floor.start()
             stack.callback(floor.stop)
         server, missing = None, (unavailable() or "") if original else "not compared"
@@ -169,4 +193,4 @@ def contenders(
             stack.callback(server.stop)
             log.info("original on %s; configured: %s", server.url, server.configured())
             ctx.results.header["original configured"] = server.configured()
-        yield Contenders(apis, dirs, floors, server, missing)
+        yield Contenders(apis, dirs, floors, floor_dirs, server, missing)

@@ -9,16 +9,29 @@ own; what they cost is gunicorn and the loopback, plus Flask for ``app``:
 * ``raw_app``: a bare WSGI callable, the floor of any Python app under this server.
 
     gunicorn --worker-class zoscii_api.gunicorn_worker.ThreadWorker ... 'bench.floor_app:raw_app'
+
+And one that is no floor of the server but of the api's own endpoint, for publishing:
+
+* ``publish_app``: the body decoded as a form, its ``msg`` into an Upload, committed by
+  the core (``QueueStore.publish_many``, the queue ``q``) in the mode
+  ``ZOSCII_DURABILITY`` says, on ``ZOSCII_DATA_DIR``. The api's commit without the api:
+  no access control, limits, metrics or request context. Ours minus it is what the
+  endpoint costs; it minus the raw floor, what the core and the disk cost.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from flask import Flask, Response, request
 
+from zoscii_api.params import unquote_plus_bytes
+from zosciimq.core import DataDir, QueueStore, Upload
+from zosciimq.core.outgoing import Outgoing
 from zosciimq.protocol import envelope_bytes
+from zosciimq.settings import CoreSettings
 
 ENVELOPE = envelope_bytes("", "ok", [])
 HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(ENVELOPE)))]
@@ -38,3 +51,39 @@ def raw_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iter
     environ["wsgi.input"].read()
     start_response("200 OK", HEADERS)
     return [ENVELOPE]
+
+
+PUBLISHED = envelope_bytes("", "Message published.", [])
+PUBLISHED_HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(PUBLISHED)))]
+
+
+@functools.cache
+def _core() -> tuple[QueueStore, CoreSettings]:
+    """The queues as the api opens them, without a policy; made at the first request."""
+    core = CoreSettings.from_env()
+    queues = QueueStore(
+        DataDir(core.data_dir),
+        default_retention_days=core.default_retention_days,
+        durability=core.durability(),
+    )
+    return queues, core
+
+
+def publish_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    """``action=publish&q=...&msg=...`` (urlencoded) committed by the core, nothing else;
+    a request without ``msg`` (the bench's health probe) gets the floors' envelope."""
+    queues, core = _core()
+    body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    fields = dict(pair.partition(b"=")[::2] for pair in body.split(b"&"))
+    if b"msg" not in fields or b"q" not in fields:
+        start_response("200 OK", HEADERS)
+        return [ENVELOPE]
+    upload = Upload(queues.data_dir)
+    try:
+        upload.write(unquote_plus_bytes(fields[b"msg"]))
+        message = Outgoing(upload, core.default_retention_days, None)
+        queues.publish_many(fields[b"q"].decode(), [message])
+    finally:
+        upload.discard()
+    start_response("200 OK", PUBLISHED_HEADERS)
+    return [PUBLISHED]

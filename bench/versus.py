@@ -12,6 +12,10 @@ seconds per message (its whole process tree, see ``bench.cpu``).
 * **raw WSGI floor**, **Flask floor**: ``bench/floor_app.py``'s apps under the same
   gunicorn settings: the same requests answered by an app that only reads the body
   (what no api rewrite can go below);
+* **core commit** (publishing): ``bench/floor_app.py``'s ``publish_app`` under the same
+  settings, the api's commit (``QueueStore.publish_many``, sync) without the endpoint
+  around it: ours minus it is what the endpoint costs, it minus the raw floor what the
+  core and the disk cost;
 * **disk ceiling**: the same messages written (or read) by the bench itself with the
   bare system calls, as many threads as clients (``bench.ceilings``): for publishing,
   the physical bound (a flush of a preallocated log, the files unflushed), and beside it
@@ -267,7 +271,7 @@ def publish(clients: int, queues: int) -> Callable[[Context], dict[str, Any]]:
             goals=PUBLISH_GOALS.get((clients, queues), []),
         )
         workdir = ctx.fresh_dir(f"vs-publish-{clients}x{queues}")
-        with contenders(ctx, workdir, ours=BOTH_MODES) as c:
+        with contenders(ctx, workdir, ours=BOTH_MODES, core=True) as c:
             runs = {
                 target: publish_run(c, target, clients, queues, seconds, workdir)
                 for target in [*c.ours, *c.floors]
@@ -324,6 +328,8 @@ def endpoint(c: Contenders, target: str) -> tuple[str, str, Callable[[], list[in
 def queue_dir(c: Contenders, target: str, queue: str) -> Path | None:
     if target in c.ours:
         return DataDir(c.ours_dirs[target]).queue_dir(queue)
+    if target in c.floor_dirs:
+        return DataDir(c.floor_dirs[target]).queue_dir(queue)
     if target == ORIGINAL and c.original is not None:
         return c.original.queue_dir(queue)
     return None
