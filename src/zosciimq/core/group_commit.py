@@ -10,7 +10,9 @@ A ``Lane`` is one key's queue of waiting callers. Each caller waits on a conditi
 own (over the lane's lock), so a commit wakes the callers it answered and the next
 leader, not every waiting thread. A caller that has announced itself (``arriving``) but
 is still doing its own slow part (flushing a large upload) is waited for by a leader, at
-most ``linger`` seconds, so one commit covers it too.
+most ``linger`` seconds, so one commit covers it too. And a leader that had to wait for
+its lock (another process committing) takes in, once it holds it, the callers that came
+meanwhile (``join``).
 """
 
 from __future__ import annotations
