@@ -380,11 +380,12 @@ def _joinable(group: list[Publish]) -> Callable[[Publish], bool]:
     """Which waiting submissions may join ``group`` once its locks are held: those
     without a nonce (the locks of theirs are not held), while the group stays within
     its cap."""
-    room = [MAX_GROUP_MESSAGES - sum(len(s.work) for s in group)]
+    room = MAX_GROUP_MESSAGES - sum(len(s.work) for s in group)
 
     def fits(submission: Publish) -> bool:
-        room[0] -= len(submission.work)
-        return room[0] >= 0 and all(m.nonce is None for m in submission.work)
+        nonlocal room
+        room -= len(submission.work)
+        return room >= 0 and all(m.nonce is None for m in submission.work)
 
     return fits
 
