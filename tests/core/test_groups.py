@@ -270,19 +270,23 @@ def test_a_publisher_whose_flush_fails_releases_the_lingering_leader(data_dir, m
 
 
 @pytest.mark.parametrize(
-    ("arrivals", "flushes_expected"),
+    ("arrivals", "cap", "flushes_expected"),
     [
-        ((("B", None), ("C", None), ("D", None)), 1),
+        ((("B", None), ("C", None), ("D", None)), None, 1),
         # E's nonce lock is not the leader's: E waits, and F behind it too (arrival order)
-        ((("E", "nonce-e"), ("F", None)), 2),
+        ((("E", "nonce-e"), ("F", None)), None, 2),
+        # a group of at most two messages: B joins A, C waits for the next commit
+        ((("B", None), ("C", None)), 2, 2),
     ],
 )
 def test_publishers_arriving_while_the_leader_waits_for_the_lock_join_its_group(
-    data_dir, queues, monkeypatch, arrivals, flushes_expected
+    data_dir, queues, monkeypatch, arrivals, cap, flushes_expected
 ):
     """Another process commits (it holds the queue's lock): this process's leader waits
     for the lock, and the publishers that arrive meanwhile go into its group rather than
     wait for one more commit, so one log flush covers them all, in arrival order."""
+    if cap is not None:
+        monkeypatch.setattr(commit_module, "MAX_GROUP_MESSAGES", cap)
     publish_many(queues, data_dir, "q", [b"first"])
     flushes = _count_log_flushes(monkeypatch)
 
