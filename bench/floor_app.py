@@ -12,11 +12,12 @@ own; what they cost is gunicorn and the loopback, plus Flask for ``app``:
 
 And one that is no floor of the server but of the api's own endpoint, for publishing:
 
-* ``publish_app``: the body decoded as a form, its ``msg`` into an Upload, committed by
-  the core (``QueueStore.publish_many``, the queue ``q``) in the mode
-  ``ZOSCII_DURABILITY`` says, on ``ZOSCII_DATA_DIR``. The api's commit without the api:
-  no access control, limits, metrics or request context. Ours minus it is what the
-  endpoint costs; it minus the raw floor, what the core and the disk cost.
+* ``publish_app``: the body decoded as the api decodes a whole form, its ``msg`` into
+  an Upload, committed to the queue ``q`` by the queues the api opens with the same
+  settings (``open_stores``; ``ZOSCII_DATA_DIR``, ``ZOSCII_DURABILITY``). The api's
+  commit without the endpoint: no access control, metrics or request context. Ours
+  minus it is what the endpoint costs; it minus the raw floor, what the core and the
+  disk cost.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from zoscii_api.params import unquote_plus_bytes
-from zosciimq.core import DataDir, QueueStore, Upload
+from zoscii_api.params import query_fields
+from zoscii_api.settings import ApiSettings
+from zosciimq.core import QueueStore, Upload
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.protocol import envelope_bytes
-from zosciimq.settings import CoreSettings
+from zosciimq.service.stores import open_stores
 
 ENVELOPE = envelope_bytes("", "ok", [])
 HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(ENVELOPE)))]
@@ -58,31 +60,27 @@ PUBLISHED_HEADERS = [("Content-Type", "application/json"), ("Content-Length", st
 
 
 @functools.cache
-def _core() -> tuple[QueueStore, CoreSettings]:
-    """The queues as the api opens them, without a policy; made at the first request."""
-    core = CoreSettings.from_env()
-    queues = QueueStore(
-        DataDir(core.data_dir),
-        default_retention_days=core.default_retention_days,
-        durability=core.durability(),
-    )
-    return queues, core
+def _core() -> tuple[QueueStore, ApiSettings]:
+    """The api's settings and queues, opened as the api opens them, at the first request."""
+    settings = ApiSettings.from_env()
+    queues = open_stores(settings.core, settings.policy, settings.max_deliveries).queues
+    return queues, settings
 
 
 def publish_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
     """``action=publish&q=...&msg=...`` (urlencoded) committed by the core, nothing else;
     a request without ``msg`` (the bench's health probe) gets the floors' envelope."""
-    queues, core = _core()
+    queues, settings = _core()
     body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-    fields = dict(pair.partition(b"=")[::2] for pair in body.split(b"&"))
-    if b"msg" not in fields or b"q" not in fields:
+    fields = query_fields(body, settings.max_field_bytes)  # the api's decoding of a form
+    if "msg" not in fields or "q" not in fields:
         start_response("200 OK", HEADERS)
         return [ENVELOPE]
     upload = Upload(queues.data_dir)
     try:
-        upload.write(unquote_plus_bytes(fields[b"msg"]))
-        message = Outgoing(upload, core.default_retention_days, None)
-        queues.publish_many(fields[b"q"].decode(), [message])
+        upload.write(fields["msg"])
+        message = Outgoing(upload, settings.core.default_retention_days, None)
+        queues.publish_many(fields["q"].decode(), [message])
     finally:
         upload.discard()
     start_response("200 OK", PUBLISHED_HEADERS)
