@@ -332,11 +332,14 @@ class QueueCommitter:
         record: Record,
         last: str,
     ) -> LogHeader:
-        """A log with room for the record. A full ring is checkpointed at once (all
-        before its tail is written: we hold the lock) and made larger, as the background
-        checkpoint did not keep up with this queue."""
+        """A log with room for the record. An empty ring whose end is too near starts
+        again at its beginning. A full one is checkpointed at once (all before its tail
+        is written: we hold the lock) and made larger, as the background checkpoint did
+        not keep up with this queue."""
         if wal.fits(wal_header, record):
             return wal_header
+        if wal_header.empty:
+            return wal.make_room(wal_header, record, grow=False)
         log.info("queue %s: write-ahead log full; checkpointing now", files.name)
         sync_volumes(self._volume)
         wal_header = wal.checkpointed(wal_header, wal_header.tail_off, wal_header.tail_lsn, last)

@@ -237,6 +237,8 @@ class DataStore:
     def _room(self, wal: WriteAheadLog, header: LogHeader, record: Record) -> LogHeader:
         if wal.fits(header, record):
             return header
+        if header.empty:  # checkpointed; only the ring's end is too near: start again
+            return wal.make_room(header, record, grow=False)
         sync_volumes(self._volume)
         header = wal.checkpointed(header, header.tail_off, header.tail_lsn, "")
         return wal.make_room(header, record, grow=True)

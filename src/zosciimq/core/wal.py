@@ -17,8 +17,13 @@ message before a kept one.
 
 The file is a ring. Two 512-byte header slots (written alternately, each with a CRC,
 so a torn one leaves the other) hold the checkpoint (where recovery starts: offset and
-sequence number), the tail (where the next record goes) and the boot id of the last
-writer; records follow from ``DATA_START``. A record is a 24-byte head (magic, sequence
+sequence number), a tail and the boot id of the last writer; records follow from
+``DATA_START``. An append does not write the header: that would put a second block, far
+from the record, into every flush (measured: a third more time in ``fdatasync``). So the
+header's tail is where the log stood when the header was last written (a checkpoint, a
+take-back, the first ``interval`` append after a checkpoint), and the real tail is the
+end of the chain of whole records from there, which ``header`` follows, as recovery
+does. A record is a 24-byte head (magic, sequence
 number, length, flags, CRC-32 of all of it) and a body; recovery follows the chain from
 the checkpoint while each record is whole and numbered one past the last, so a torn
 record, zeros or an older lap's record all end it. A record that does not fit before
@@ -301,13 +306,21 @@ class WriteAheadLog:
 
     # --- the header ---------------------------------------------------------------------
     def header(self) -> LogHeader:
+        """The header, its tail moved to the end of the records appended after it."""
         raw = os.pread(self.fd, 2 * SLOT_SIZE, 0)
         if raw == self._raw and self._header is not None:
-            return self._header
-        header = read_header(raw)
-        if header is None:
-            raise LogCorrupt(f"{self.path}: no whole header")
-        self._raw, self._header = raw, header
+            header = self._header  # its tail: where this process last saw the end
+        else:
+            found = read_header(raw)
+            if found is None:
+                raise LogCorrupt(f"{self.path}: no whole header")
+            self._raw, header = raw, found
+        end = None
+        for record in self.records(header, start=(header.tail_off, header.tail_lsn)):
+            end = record
+        if end is not None:  # appended since, by another process or before a crash
+            header = header.but(tail_off=end.end, tail_lsn=end.lsn + 1)
+        self._header = header
         return header
 
     def write_header(self, header: LogHeader, **changes: Any) -> LogHeader:
@@ -330,7 +343,8 @@ class WriteAheadLog:
 
     # --- appending -------------------------------------------------------------------------
     def append(self, header: LogHeader, record: Record, *, relaxed: bool = False) -> LogHeader:
-        """Write ``record`` at the tail and the header that counts it (both unflushed).
+        """Write ``record`` at the tail (unflushed); the header is written only when
+        ``relaxed`` must be set in it, once after each checkpoint.
 
         Raises LogFull, writing nothing, when the free part of the ring is too small
         (``make_room`` after a checkpoint). ``relaxed``: the writer answers before the
@@ -350,9 +364,11 @@ class WriteAheadLog:
             lsn += 1  # (with less room than a head left, recovery goes round by itself)
         os.pwrite(self.fd, _head(lsn, body, 0) + body, offset)
         record.lsn, record.offset, record.end = lsn, offset, offset + need
-        return self.write_header(
-            header, tail_off=offset + need, tail_lsn=lsn + 1, relaxed=header.relaxed or relaxed
-        )
+        header = header.but(tail_off=offset + need, tail_lsn=lsn + 1)
+        if relaxed and not header.relaxed:
+            return self.write_header(header, relaxed=True)
+        self._header = header  # the slots on disk are unchanged: ``header`` goes on from here
+        return header
 
     @staticmethod
     def fits(header: LogHeader, record: Record) -> bool:
