@@ -46,9 +46,14 @@ DURABILITY = "ZOSCII_DURABILITY"
 
 FLASK_FLOOR = "Flask floor"
 FLOOR_APPS = {RAW_FLOOR: "bench.floor_app:raw_app", FLASK_FLOOR: "bench.floor_app:app"}
-# Publishing only: the core's commit under the same server, without the endpoint.
+# Publishing only: the core's commit under the same server, without the endpoint; and
+# the same commit on an event loop (gunicorn's asgi worker), its requests gathered.
 CORE_FLOOR = "core commit"
 CORE_APP = "bench.floor_app:publish_app"
+CORE_LOOP_FLOOR = "core commit, event loop"
+CORE_LOOP_APP = "bench.floor_app:publish_loop_app"
+CORE_APPS = {CORE_FLOOR: CORE_APP, CORE_LOOP_FLOOR: CORE_LOOP_APP}
+ASGI_WORKER = "asgi"  # gunicorn's own (gunicorn.workers.gasgi), with its C parser
 
 
 def api_gunicorn_settings(scratch: Path) -> dict[str, object]:
@@ -76,7 +81,7 @@ def api_gunicorn_settings(scratch: Path) -> dict[str, object]:
 
 class FloorServer:
     """A WSGI app of ``bench.floor_app`` (``app``: module:callable) under gunicorn with the
-    api's settings and worker class."""
+    api's settings and worker class (or an ASGI app under ``worker_class`` asgi)."""
 
     def __init__(
         self,
@@ -86,8 +91,10 @@ class FloorServer:
         threads: int,
         app: str = FLOOR_APPS[FLASK_FLOOR],
         env: dict[str, str] | None = None,
+        worker_class: str | None = None,
     ) -> None:
         self.workdir, self.workers, self.threads, self.app = workdir, workers, threads, app
+        self.worker_class = worker_class
         self.env = {**os.environ, **(env or {})}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
@@ -101,9 +108,9 @@ class FloorServer:
             sys.executable,
             "-m",
             "gunicorn",
-            f"--worker-class={self.settings['worker_class']}",
+            f"--worker-class={self.worker_class or self.settings['worker_class']}",
             f"--workers={self.workers}",
-            f"--threads={self.threads}",
+            *([] if self.worker_class == ASGI_WORKER else [f"--threads={self.threads}"]),
             f"--keep-alive={self.settings['keepalive']}",
             f"--timeout={self.settings['timeout']}",
             f"--graceful-timeout={self.settings['graceful_timeout']}",
@@ -168,8 +175,8 @@ def contenders(
     core: bool = False,
 ) -> Iterator[Contenders]:
     """Start ours (one api per entry of ``ours``: target name -> durability mode), both
-    floors, with ``core`` the core commit (sync) and (when possible) the original; stop
-    them all at the end."""
+    floors, with ``core`` the core commit (sync, under the api's worker and on an event
+    loop) and (when possible) the original; stop them all at the end."""
     with ExitStack() as stack:
         apis, dirs = {}, {}
         for target, mode in ours.items():
@@ -177,14 +184,21 @@ def contenders(
             dirs[target].mkdir(parents=True)
             apis[target] = stack.enter_context(ctx.api(dirs[target], {DURABILITY: mode}))
         floors, floor_dirs = {}, {}
-        apps = {**FLOOR_APPS, CORE_FLOOR: CORE_APP} if core else FLOOR_APPS
+        apps = {**FLOOR_APPS, **CORE_APPS} if core else FLOOR_APPS
         for target, app in apps.items():
-            where = workdir / target.replace(" ", "-")
+            where = workdir / target.replace(" ", "-").replace(",", "")
             env = None
-            if app == CORE_APP:
+            if target in CORE_APPS:
                 floor_dirs[target] = where / "data"
                 env = {"ZOSCII_DATA_DIR": str(where / "data"), DURABILITY: "sync"}
-            floor = FloorServer(where, workers=ctx.workers, threads=ctx.threads, app=app, env=env)
+            floor = FloorServer(
+                where,
+                workers=ctx.workers,
+                threads=ctx.threads,
+                app=app,
+                env=env,
+                worker_class=ASGI_WORKER if app == CORE_LOOP_APP else None,
+            )
             floors[target] = floor.start()
             stack.callback(floor.stop)
         server, missing = None, (unavailable() or "") if original else "not compared"

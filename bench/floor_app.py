@@ -18,12 +18,19 @@ And one that is no floor of the server but of the api's own endpoint, for publis
   commit without the endpoint: no access control, metrics or request context. Ours
   minus it is what the endpoint costs; it minus the raw floor, what the core and the
   disk cost.
+* ``publish_loop_app``: the same commit served from an event loop (an ASGI app, under
+  gunicorn's own ``asgi`` worker: no thread per request), each worker's requests
+  gathered while its one commit thread commits the last of them, and committed
+  together by ``QueueStore.publish_each``. What the api's publish path would cost on
+  that design: the measurement behind issue 24's closing note.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from flask import Flask, Response, request
@@ -31,7 +38,7 @@ from flask import Flask, Response, request
 from zoscii_api.params import query_fields
 from zoscii_api.settings import ApiSettings
 from zosciimq.core import QueueStore, Upload
-from zosciimq.core.outgoing import Outgoing
+from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.protocol import envelope_bytes
 from zosciimq.service.stores import open_stores
 
@@ -85,3 +92,91 @@ def publish_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> 
         upload.discard()
     start_response("200 OK", PUBLISHED_HEADERS)
     return [PUBLISHED]
+
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Waiting = tuple[Outgoing, "asyncio.Future[list[PublishResult]]"]
+Outcome = list[PublishResult] | BaseException
+
+
+class Gathered:
+    """A worker's publishes, gathered on its event loop for its commit threads: while a
+    queue's commit runs, the loop answers the last and gathers the next, so a commit
+    covers every request for its queue that arrived during the one before (no thread
+    waits per request, and no request waits for more than the commit before its own).
+    One commit in flight per queue; the queues' commits run side by side."""
+
+    def __init__(self, queues: QueueStore, threads: int = 8) -> None:
+        self.queues = queues
+        self.waiting: dict[str, list[Waiting]] = {}  # by queue: the next round
+        self.committing: set[str] = set()
+        self.threads = ThreadPoolExecutor(threads, thread_name_prefix="commit")
+
+    def publish(self, queue: str, message: Outgoing) -> asyncio.Future[list[PublishResult]]:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[list[PublishResult]] = loop.create_future()
+        waiting = self.waiting.setdefault(queue, [])
+        waiting.append((message, answer))
+        if len(waiting) == 1 and queue not in self.committing:
+            loop.call_soon(self._commit_next, queue)  # once the loop has read what is ready
+        return answer
+
+    def _commit_next(self, queue: str) -> None:
+        callers = self.waiting.pop(queue, [])
+        if not callers or queue in self.committing:
+            return
+        self.committing.add(queue)
+        loop = asyncio.get_running_loop()
+        committing = self.threads.submit(
+            self.queues.publish_each, queue, [[message] for message, _ in callers]
+        )
+        committing.add_done_callback(
+            lambda done: loop.call_soon_threadsafe(self._answer, queue, callers, done)
+        )
+
+    def _answer(self, queue: str, callers: list[Waiting], done: Future[list[Outcome]]) -> None:
+        self.committing.discard(queue)
+        failed = done.exception()
+        outcomes = [failed] * len(callers) if failed is not None else done.result()
+        for (_, answer), outcome in zip(callers, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                answer.set_exception(outcome)
+            else:
+                answer.set_result(outcome)
+        self._commit_next(queue)
+
+
+@functools.cache
+def _gathered() -> Gathered:
+    return Gathered(_core()[0])
+
+
+async def publish_loop_app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    """``publish_app`` as an ASGI app: the body read, the message committed with the
+    others its worker's loop gathered meanwhile (``Gathered``)."""
+    if scope["type"] == "lifespan":
+        while (event := await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    chunks, more = [], True
+    while more:
+        event = await receive()
+        chunks.append(event.get("body", b""))
+        more = event.get("more_body", False)
+    queues, settings = _core()
+    fields = query_fields(b"".join(chunks), settings.max_field_bytes)
+    reply = ENVELOPE
+    if "msg" in fields and "q" in fields:
+        upload = Upload(queues.data_dir)
+        try:
+            upload.write(fields["msg"])
+            message = Outgoing(upload, settings.core.default_retention_days, None)
+            await _gathered().publish(fields["q"].decode(), message)
+            reply = PUBLISHED
+        finally:
+            upload.discard()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(reply))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": reply})

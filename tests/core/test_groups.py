@@ -24,10 +24,11 @@ from zosciimq.core import commit as commit_module
 from zosciimq.core import index as idx
 from zosciimq.core import queues as queues_module
 from zosciimq.core.nonces import Nonces
-from zosciimq.core.outgoing import Outgoing
+from zosciimq.core.outgoing import Outgoing, PublishResult
+from zosciimq.core.policy import QueueRule
 from zosciimq.core.upload import INLINE_BYTES
 from zosciimq.core.wal import WriteAheadLog
-from zosciimq.errors import StorageFull, TryAgain
+from zosciimq.errors import QueueFull, StorageFull, TryAgain
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -445,3 +446,89 @@ def test_a_group_cut_after_its_record_is_logged_is_finished_by_the_next(
     assert [b for _, b in queue_contents(data_dir, "q")] == [b"kept", *bodies]
     after = publish_many(queues, data_dir, "q", [b"after"])[0].name
     assert after > max(n for n, _ in queue_contents(data_dir, "q")[:-1]) and kept < after
+
+
+# --- several callers gathered by one thread (an event loop's) -------------------------------
+
+
+def _callers(data_dir: DataDir, bodies: list[list[bytes]], nonces=None) -> list[list[Outgoing]]:
+    nonces = nonces or [[None] * len(b) for b in bodies]
+    return [
+        [Outgoing(u, 1, n) for u, n in zip(uploads_of(data_dir, b), ns, strict=True)]
+        for b, ns in zip(bodies, nonces, strict=True)
+    ]
+
+
+def test_callers_gathered_by_one_thread_share_a_flush_and_keep_their_own_outcomes(
+    data_dir, monkeypatch
+) -> None:
+    """publish_each: one commit for all of them, in their order, and each caller's own
+    outcome: a used nonce is that caller's duplicate, a full queue refuses only the
+    caller that does not fit; the others are published."""
+    queues = QueueStore(data_dir, rules=lambda queue: QueueRule(max_messages=5))
+    publish_many(queues, data_dir, "q", [b"before"], nonces=["used"])
+    flushes = _count_log_flushes(monkeypatch)
+    callers = _callers(
+        data_dir,
+        [[b"a"], [b"b"], [b"c", b"d"], [b"e", b"f"]],
+        nonces=[[None], ["used"], [None, None], [None, None]],
+    )
+    outcomes = queues.publish_each("q", callers)
+    assert flushes[0] == 1
+    a, b, cd, ef = outcomes
+    assert isinstance(a, list) and isinstance(cd, list)
+    assert b == [PublishResult(name=None, duplicate=True)]
+    assert isinstance(ef, QueueFull), "5 messages at most: e and f do not fit"
+    names = [r.name for r in [*a, *cd]]
+    assert names == sorted(names)
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"before", b"a", b"c", b"d"]
+    for caller in callers:
+        for message in caller:
+            message.upload.discard()
+
+
+def test_a_full_volume_is_every_gathered_callers_507_and_leaves_nothing(
+    data_dir, queues, monkeypatch
+) -> None:
+    monkeypatch.setattr(WriteAheadLog, "sync", _raise(OSError(errno.ENOSPC, "full")))
+    outcomes = queues.publish_each("q", _callers(data_dir, [[b"1"], [b"2", b"3"]]))
+    assert [type(o) for o in outcomes] == [StorageFull, StorageFull]
+    monkeypatch.undo()
+    assert queue_contents(data_dir, "q") == []
+
+
+def test_gathered_callers_arriving_while_the_leader_waits_for_the_lock_join_its_group(
+    data_dir, queues, monkeypatch
+) -> None:
+    """Another process holds the queue's lock and a thread of this one leads a commit:
+    the gathered callers wait in its lane (never beside it), join its group, share its
+    flush and are woken with it, in their order after it."""
+    publish_many(queues, data_dir, "q", [b"first"])
+    flushes = _count_log_flushes(monkeypatch)
+
+    def queue_lock():
+        with queues._open.use("q") as files:
+            return files.lock
+
+    def lane():
+        with queues._open.use("q") as files:
+            return files.lane
+
+    led, gathered = arrive_while_locked(
+        queue_lock,
+        lane,
+        lambda: publish_many(queues, data_dir, "q", [b"A"]),
+        [lambda: queues.publish_each("q", _callers(data_dir, [[b"x"], [b"y", b"z"]]))],
+        sizes=[2],
+    )
+    assert flushes[0] == 1
+    assert isinstance(led, list) and isinstance(gathered, list)
+    assert all(isinstance(o, list) for o in gathered), gathered
+    assert [body for _, body in queue_contents(data_dir, "q")] == [b"first", b"A", b"x", b"y", b"z"]
+
+
+def _raise(error: BaseException):
+    def fail(*args, **kwargs):
+        raise error
+
+    return fail

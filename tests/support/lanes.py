@@ -22,9 +22,12 @@ def arrive_while_locked(
     lane: Callable[[], Lane[Any, Any]],
     leader: Callable[[], object],
     others: list[Callable[[], object]],
+    *,
+    sizes: list[int] | None = None,
 ) -> list[object]:
     """Run ``leader`` and then ``others`` while ``lock`` is held elsewhere; their results
-    (or exceptions), in that order."""
+    (or exceptions), in that order. ``sizes``: how many submissions each of ``others``
+    puts in the lane (default one each)."""
     held, release = threading.Event(), threading.Event()
     results: list[object] = [None] * (1 + len(others))
 
@@ -49,9 +52,12 @@ def arrive_while_locked(
     assert held.wait(10)
     callers = [call(0, leader)]
     _until(lambda: lane().committing, "the leader never started its commit")
-    for waiting, function in enumerate(others, start=1):
-        callers.append(call(waiting, function))
-        _until(lambda w=waiting: len(lane().waiting) == w, "a caller never waited")
+    expected = 0
+    sizes = sizes or [1] * len(others)
+    for number, (function, size) in enumerate(zip(others, sizes, strict=True), start=1):
+        callers.append(call(number, function))
+        expected += size
+        _until(lambda w=expected: len(lane().waiting) == w, "a caller never waited")
     release.set()
     for thread in [holder, *callers]:
         thread.join(30)

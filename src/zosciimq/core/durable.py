@@ -97,8 +97,18 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def raise_if_full(exc: OSError) -> None:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        raise StorageFull("No space left on the data volume; nothing was stored.") from exc
+    error = storage_error(exc)
+    if error is not exc:
+        raise error
+
+
+def storage_error(exc: BaseException) -> BaseException:
+    """StorageFull (a clear 507) for a full volume's OSError, else ``exc`` itself."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        full = StorageFull("No space left on the data volume; nothing was stored.")
+        full.__cause__ = exc
+        return full
+    return exc
 
 
 def names_inode(path: str | os.PathLike[str], ino: int) -> bool:

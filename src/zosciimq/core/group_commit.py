@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 W = TypeVar("W")  # what a caller brings
@@ -122,22 +122,50 @@ class Lane(Generic[W, R]):
         says how many of the waiting submissions (at least one) the next group holds;
         default all. ``arrived``: this caller announced itself with ``arrive``.
         """
-        submission: Submission[W, R] = Submission(work, self.turn)
+        (submission,) = self.submit_all([work], commit, arrived=arrived, linger=linger, take=take)
+        if submission.error is not None:
+            raise submission.error
+        return submission.result  # type: ignore[return-value]
+
+    def submit_all(
+        self,
+        works: Sequence[W],
+        commit: Callable[[list[Submission[W, R]]], None],
+        *,
+        arrived: bool = False,
+        linger: float = 0.0,
+        take: Callable[[list[Submission[W, R]]], int] | None = None,
+    ) -> list[Submission[W, R]]:
+        """``submit`` for several callers that one thread gathered (an event loop's
+        requests): each ``works`` item is a submission of its own, in line one after
+        the other, and ends done with its own result or error (returned, not raised)."""
+        if not works:
+            return []
+        mine: list[Submission[W, R]] = [Submission(work, self.turn) for work in works]
+        first, last = mine[0], mine[-1]  # the line keeps its order: the last done, all are
+
+        def sleep(timeout: float | None = None) -> None:
+            if first.wake is None and len(mine) > 1:  # one condition, roused by any of ours
+                wake = threading.Condition(self.turn)
+                for submission in mine:
+                    submission.wake = wake
+            first.sleep(timeout)
+
         with self.turn:
-            self.waiting.append(submission)
+            self.waiting.extend(mine)
             if arrived:
                 self._joined()
             lingered = False
-            while not submission.done:
+            while not last.done:
                 if self.committing or self.lingerer is not None:
-                    submission.sleep()  # done, or the next leader
+                    sleep()  # done, or the next leader
                     continue
                 if self.arriving and not lingered and linger > 0:
-                    lingered, self.lingerer = True, submission
+                    lingered, self.lingerer = True, first
                     deadline = time.monotonic() + linger
                     try:
                         while self.arriving and (left := deadline - time.monotonic()) > 0:
-                            submission.sleep(left)
+                            sleep(left)
                     finally:
                         self.lingerer = None
                     continue
@@ -154,9 +182,7 @@ class Lane(Generic[W, R]):
                         answered.rouse()
                     if self.waiting:
                         self.waiting[0].rouse()  # leads the next commit
-        if submission.error is not None:
-            raise submission.error
-        return submission.result  # type: ignore[return-value]
+        return mine
 
 
 def _run(commit: Callable[[list[Submission[W, R]]], None], group: list[Submission[W, R]]) -> None:

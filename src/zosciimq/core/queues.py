@@ -31,7 +31,7 @@ from zosciimq.core import index as idx
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
 from zosciimq.core.clock import Clock, utc_now
 from zosciimq.core.commit import MAX_GROUP_MESSAGES, Position, Publish, QueueCommitter, Rules
-from zosciimq.core.durable import raise_if_full
+from zosciimq.core.durable import raise_if_full, storage_error
 from zosciimq.core.group_commit import Lane
 from zosciimq.core.layout import DataDir
 from zosciimq.core.nonces import Nonces
@@ -157,6 +157,38 @@ class QueueStore:
         except OSError as exc:
             raise_if_full(exc)
             raise
+
+    def publish_each(
+        self, queue: str, callers: Sequence[Sequence[Outgoing]]
+    ) -> list[list[PublishResult] | BaseException]:
+        """``publish_many`` for several independent callers at once, in their order:
+        each caller's messages all or nothing under contiguous names, and each caller's
+        own outcome (its results, or the error that refused it, such as QueueFull).
+        For a server that gathers its callers on one thread (an event loop) and so
+        cannot wait for a commit once per caller: they share the commits, as the
+        threads of ``publish_many`` do."""
+        large = [m.upload for messages in callers for m in messages if m.upload.size > INLINE_BYTES]
+        try:
+            with self._open.use(queue) as files:
+                lane: Lane[Sequence[Outgoing], list[PublishResult]] = files.lane
+                if large:
+                    lane.arrive()
+                    try:
+                        sync_uploads(large, directory=self.data_dir.temp_str)
+                    except BaseException:
+                        lane.left()
+                        raise
+                done = lane.submit_all(
+                    callers,
+                    lambda group: self.committer.commit(files, group),
+                    arrived=bool(large),
+                    linger=self.group_linger,
+                    take=_group_size,
+                )
+        except OSError as exc:
+            raise_if_full(exc)
+            raise
+        return [storage_error(s.error) if s.error is not None else (s.result or []) for s in done]
 
     # --- checkpoints and recovery ----------------------------------------------------
     def checkpoint_to(self, queue: str, position: Position) -> None:
