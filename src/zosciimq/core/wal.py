@@ -19,7 +19,8 @@ The file is a ring. Two 512-byte header slots (written alternately, each with a 
 so a torn one leaves the other) hold the checkpoint (where recovery starts: offset and
 sequence number), a tail and the boot id of the last writer; records follow from
 ``DATA_START``. An append does not write the header: that would put a second block, far
-from the record, into every flush (measured: a third more time in ``fdatasync``). So the
+from the record, into every flush (measured on a loop device: 0.21 against 0.145 ms an
+``fdatasync``, docs/benchmarks.md). So the
 header's tail is where the log stood when the header was last written (a checkpoint, a
 take-back, the first ``interval`` append after a checkpoint), and the real tail is the
 end of the chain of whole records from there, which ``header`` follows, as recovery
