@@ -105,7 +105,8 @@ class Gathered:
     queue's commit runs, the loop answers the last and gathers the next, so a commit
     covers every request for its queue that arrived during the one before (no thread
     waits per request, and no request waits for more than the commit before its own).
-    One commit in flight per queue; the queues' commits run side by side."""
+    One commit in flight per queue; the queues' commits run side by side. A request
+    alone (nothing else waiting, nothing committing) is committed on the loop itself."""
 
     def __init__(self, queues: QueueStore, threads: int = 8) -> None:
         self.queues = queues
@@ -130,10 +131,12 @@ class Gathered:
         if len(callers) == 1 and not self.committing:
             # Alone on the loop: nothing to gather meanwhile, so no hand-off to a thread
             # (its wake-ups cost a lone client more than the loop's wait for the flush).
+            outcomes: list[Outcome]
             try:
-                self._answer(queue, callers, self.queues.publish_each(queue, messages))
-            except Exception as exc:  # every caller gets it (a 500 in the bench)
-                self._answer(queue, callers, [exc])
+                outcomes = self.queues.publish_each(queue, messages)
+            except Exception as exc:  # its caller gets it (a 500 in the bench)
+                outcomes = [exc]
+            self._answer(queue, callers, outcomes)
             return
         self.committing.add(queue)
         loop = asyncio.get_running_loop()
