@@ -52,7 +52,12 @@ CORE_FLOOR = "core commit"
 CORE_APP = "bench.floor_app:publish_app"
 CORE_LOOP_FLOOR = "core commit, event loop"
 CORE_LOOP_APP = "bench.floor_app:publish_loop_app"
-CORE_APPS = {CORE_FLOOR: CORE_APP, CORE_LOOP_FLOOR: CORE_LOOP_APP}
+# target -> (app, ZOSCII_DURABILITY): the loop in both modes, as ours
+CORE_APPS = {
+    CORE_FLOOR: (CORE_APP, "sync"),
+    CORE_LOOP_FLOOR: (CORE_LOOP_APP, "sync"),
+    f"{CORE_LOOP_FLOOR}, interval": (CORE_LOOP_APP, "interval"),
+}
 ASGI_WORKER = "asgi"  # gunicorn's own (gunicorn.workers.gasgi), with its C parser
 
 
@@ -175,8 +180,8 @@ def contenders(
     core: bool = False,
 ) -> Iterator[Contenders]:
     """Start ours (one api per entry of ``ours``: target name -> durability mode), both
-    floors, with ``core`` the core commit (sync, under the api's worker and on an event
-    loop) and (when possible) the original; stop them all at the end."""
+    floors, with ``core`` the core commit (sync under the api's worker; sync and interval
+    on an event loop) and (when possible) the original; stop them all at the end."""
     with ExitStack() as stack:
         apis, dirs = {}, {}
         for target, mode in ours.items():
@@ -184,13 +189,15 @@ def contenders(
             dirs[target].mkdir(parents=True)
             apis[target] = stack.enter_context(ctx.api(dirs[target], {DURABILITY: mode}))
         floors, floor_dirs = {}, {}
-        apps = {**FLOOR_APPS, **CORE_APPS} if core else FLOOR_APPS
-        for target, app in apps.items():
+        apps = {t: (app, "") for t, app in FLOOR_APPS.items()}
+        if core:
+            apps.update(CORE_APPS)
+        for target, (app, mode) in apps.items():
             where = workdir / target.replace(" ", "-").replace(",", "")
             env = None
-            if target in CORE_APPS:
+            if mode:  # a core commit: a data directory of its own
                 floor_dirs[target] = where / "data"
-                env = {"ZOSCII_DATA_DIR": str(where / "data"), DURABILITY: "sync"}
+                env = {"ZOSCII_DATA_DIR": str(where / "data"), DURABILITY: mode}
             floor = FloorServer(
                 where,
                 workers=ctx.workers,

@@ -17,7 +17,8 @@ seconds per message (its whole process tree, see ``bench.cpu``).
   around it: ours minus it is what the endpoint costs, it minus the raw floor what the
   core and the disk cost; and **core commit, event loop**, the same commit served from
   gunicorn's asgi worker, each worker's requests gathered into one commit while the
-  last one runs (``publish_loop_app``): what that design would give the api;
+  last one runs (``publish_loop_app``), in both durability modes: what that design
+  would give the api;
 * **disk ceiling**: the same messages written (or read) by the bench itself with the
   bare system calls, as many threads as clients (``bench.ceilings``): for publishing,
   the physical bound (a flush of a preallocated log, the files unflushed), and beside it
