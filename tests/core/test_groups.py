@@ -291,20 +291,12 @@ def test_publishers_arriving_while_the_leader_waits_for_the_lock_join_its_group(
     publish_many(queues, data_dir, "q", [b"first"])
     flushes = _count_log_flushes(monkeypatch)
 
-    def queue_lock():
-        with queues._open.use("q") as files:
-            return files.lock
-
-    def lane():
-        with queues._open.use("q") as files:
-            return files.lane
-
     def publish(label: str, nonce: str | None = None):
         nonces = [nonce] if nonce else None
         return lambda: publish_many(queues, data_dir, "q", [label.encode()], nonces)[0].name
 
     names = arrive_while_locked(
-        queue_lock, lane, publish("A"), [publish(label, nonce) for label, nonce in arrivals]
+        *_lock_and_lane(queues), publish("A"), [publish(label, nonce) for label, nonce in arrivals]
     )
     assert flushes[0] == flushes_expected
     assert all(isinstance(name, str) for name in names), names
@@ -506,17 +498,8 @@ def test_gathered_callers_arriving_while_the_leader_waits_for_the_lock_join_its_
     publish_many(queues, data_dir, "q", [b"first"])
     flushes = _count_log_flushes(monkeypatch)
 
-    def queue_lock():
-        with queues._open.use("q") as files:
-            return files.lock
-
-    def lane():
-        with queues._open.use("q") as files:
-            return files.lane
-
     led, gathered = arrive_while_locked(
-        queue_lock,
-        lane,
+        *_lock_and_lane(queues),
         lambda: publish_many(queues, data_dir, "q", [b"A"]),
         [lambda: queues.publish_each("q", _callers(data_dir, [[b"x"], [b"y", b"z"]]))],
         sizes=[2],
@@ -525,6 +508,20 @@ def test_gathered_callers_arriving_while_the_leader_waits_for_the_lock_join_its_
     assert isinstance(led, list) and isinstance(gathered, list)
     assert all(isinstance(o, list) for o in gathered), gathered
     assert [body for _, body in queue_contents(data_dir, "q")] == [b"first", b"A", b"x", b"y", b"z"]
+
+
+def _lock_and_lane(queues: QueueStore, queue: str = "q"):
+    """Queue ``queue``'s lock and lane, as ``arrive_while_locked`` asks for them."""
+
+    def lock():
+        with queues._open.use(queue) as files:
+            return files.lock
+
+    def lane():
+        with queues._open.use(queue) as files:
+            return files.lane
+
+    return lock, lane
 
 
 def _raise(error: BaseException):

@@ -336,10 +336,9 @@ class QueueCommitter:
         again at its beginning. A full one is checkpointed at once (all before its tail
         is written: we hold the lock) and made larger, as the background checkpoint did
         not keep up with this queue."""
-        if wal.fits(wal_header, record):
-            return wal_header
-        if wal_header.empty:
-            return wal.make_room(wal_header, record, grow=False)
+        ready = wal.room_for(wal_header, record)
+        if ready is not None:
+            return ready
         log.info("queue %s: write-ahead log full; checkpointing now", files.name)
         sync_volumes(self._volume)
         wal_header = wal.checkpointed(wal_header, wal_header.tail_off, wal_header.tail_lsn, last)

@@ -136,27 +136,10 @@ class QueueStore:
         """
         if not messages:
             return []
-        large = [m.upload for m in messages if m.upload.size > INLINE_BYTES]
-        try:
-            with self._open.use(queue) as files:
-                lane: Lane[Sequence[Outgoing], list[PublishResult]] = files.lane
-                if large:
-                    lane.arrive()
-                    try:
-                        sync_uploads(large, directory=self.data_dir.temp_str)
-                    except BaseException:
-                        lane.left()
-                        raise
-                return lane.submit(
-                    messages,
-                    lambda group: self.committer.commit(files, group),
-                    arrived=bool(large),
-                    linger=self.group_linger,
-                    take=_group_size,
-                )
-        except OSError as exc:
-            raise_if_full(exc)
-            raise
+        (outcome,) = self.publish_each(queue, [messages])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def publish_each(
         self, queue: str, callers: Sequence[Sequence[Outgoing]]

@@ -235,10 +235,9 @@ class DataStore:
         return wal, header, report
 
     def _room(self, wal: WriteAheadLog, header: LogHeader, record: Record) -> LogHeader:
-        if wal.fits(header, record):
-            return header
-        if header.empty:  # checkpointed; only the ring's end is too near: start again
-            return wal.make_room(header, record, grow=False)
+        ready = wal.room_for(header, record)
+        if ready is not None:
+            return ready
         sync_volumes(self._volume)
         header = wal.checkpointed(header, header.tail_off, header.tail_lsn, "")
         return wal.make_room(header, record, grow=True)

@@ -376,6 +376,17 @@ class WriteAheadLog:
         """Whether ``append`` would find room for ``record`` now."""
         return _place(header, record.size()) is not None
 
+    def room_for(self, header: LogHeader, record: Record) -> LogHeader | None:
+        """A header under which ``record`` fits: ``header`` itself, or, for an empty ring
+        whose end is too near, the ring started again at its beginning (not grown:
+        nothing waited for a checkpoint). None when the ring is full: the caller
+        checkpoints at once, then ``make_room(grow=True)``."""
+        if self.fits(header, record):
+            return header
+        if header.empty:
+            return self.make_room(header, record, grow=False)
+        return None
+
     def make_room(self, header: LogHeader, record: Record, *, grow: bool) -> LogHeader:
         """An empty log (just checkpointed) made ready for ``record``: started again at
         ``DATA_START`` and, when ``grow`` or when the record needs it, made larger. Both
@@ -449,6 +460,7 @@ class WriteAheadLog:
             record.end = _align(offset + HEAD_SIZE + length)
             yield record
             offset, lsn = record.end, lsn + 1
+
 
 def _place(header: LogHeader, need: int) -> tuple[int | None, int] | None:
     """(where a WRAP goes or None, where the record goes) for a record of ``need`` bytes,
