@@ -36,13 +36,21 @@ log = logging.getLogger(__name__)
 
 SHARED_SETTINGS = ("keepalive", "timeout", "graceful_timeout", "access_log_format", "http_parser")
 
-# The api's targets: name -> its ZOSCII_DURABILITY.
+DURABILITY = "ZOSCII_DURABILITY"
+SERVER = "ZOSCII_API_SERVER"
+
+# The api's targets: name -> its settings (durability mode, server).
 OURS = "ours"
 SYNC, INTERVAL = "ours sync", "ours interval"
-ONE_MODE = {OURS: "sync"}  # where durability plays no part (a fetch) or one mode is enough
-BOTH_MODES = {SYNC: "sync", INTERVAL: "interval"}
-
-DURABILITY = "ZOSCII_DURABILITY"
+LOOP_SYNC, LOOP_INTERVAL = "ours loop sync", "ours loop interval"
+ONE_MODE = {OURS: {DURABILITY: "sync"}}  # where durability plays no part (a fetch)
+BOTH_MODES = {SYNC: {DURABILITY: "sync"}, INTERVAL: {DURABILITY: "interval"}}
+# Both modes under both servers: the gthread worker and the asgi worker (zoscii_api.asgi).
+EVERY_SERVER = {
+    **BOTH_MODES,
+    LOOP_SYNC: {DURABILITY: "sync", SERVER: "loop"},
+    LOOP_INTERVAL: {DURABILITY: "interval", SERVER: "loop"},
+}
 
 FLASK_FLOOR = "Flask floor"
 FLOOR_APPS = {RAW_FLOOR: "bench.floor_app:raw_app", FLASK_FLOOR: "bench.floor_app:app"}
@@ -175,19 +183,19 @@ def contenders(
     ctx: Context,
     workdir: Path,
     *,
-    ours: dict[str, str] = ONE_MODE,
+    ours: dict[str, dict[str, str]] = ONE_MODE,
     original: bool = True,
     core: bool = False,
 ) -> Iterator[Contenders]:
-    """Start ours (one api per entry of ``ours``: target name -> durability mode), both
+    """Start ours (one api per entry of ``ours``: target name -> its settings), both
     floors, with ``core`` the core commit (sync under the api's worker; sync and interval
     on an event loop) and (when possible) the original; stop them all at the end."""
     with ExitStack() as stack:
         apis, dirs = {}, {}
-        for target, mode in ours.items():
-            dirs[target] = workdir / target.replace(" ", "-")
+        for target, settings in ours.items():
+            dirs[target] = workdir / target.replace(" ", "-").replace(",", "")
             dirs[target].mkdir(parents=True)
-            apis[target] = stack.enter_context(ctx.api(dirs[target], {DURABILITY: mode}))
+            apis[target] = stack.enter_context(ctx.api(dirs[target], settings))
         floors, floor_dirs = {}, {}
         apps = {t: (app, "") for t, app in FLOOR_APPS.items()}
         if core:

@@ -19,26 +19,24 @@ And one that is no floor of the server but of the api's own endpoint, for publis
   minus it is what the endpoint costs; it minus the raw floor, what the core and the
   disk cost.
 * ``publish_loop_app``: the same commit served from an event loop (an ASGI app, under
-  gunicorn's own ``asgi`` worker: no thread per request), each worker's requests
-  gathered while its one commit thread commits the last of them, and committed
-  together by ``QueueStore.publish_each``. What the api's publish path would cost on
-  that design: the measurement behind issue 24's closing note.
+  gunicorn's own ``asgi`` worker), gathered as the api gathers them under
+  ``ZOSCII_API_SERVER=loop`` (``zoscii_api.gather``). Ours on the loop minus it is what
+  the endpoint costs there.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from flask import Flask, Response, request
 
+from zoscii_api.gather import Gathered
 from zoscii_api.params import query_fields
 from zoscii_api.settings import ApiSettings
 from zosciimq.core import QueueStore, Upload
-from zosciimq.core.outgoing import Outgoing, PublishResult
+from zosciimq.core.outgoing import Outgoing
 from zosciimq.protocol import envelope_bytes
 from zosciimq.service.stores import open_stores
 
@@ -96,67 +94,6 @@ def publish_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> 
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-Waiting = tuple[Outgoing, "asyncio.Future[list[PublishResult]]"]
-Outcome = list[PublishResult] | BaseException
-
-
-class Gathered:
-    """A worker's publishes, gathered on its event loop for its commit threads: while a
-    queue's commit runs, the loop answers the last and gathers the next, so a commit
-    covers every request for its queue that arrived during the one before (no thread
-    waits per request, and no request waits for more than the commit before its own).
-    One commit in flight per queue; the queues' commits run side by side. A request
-    alone (nothing else waiting, nothing committing) is committed on the loop itself."""
-
-    def __init__(self, queues: QueueStore, threads: int = 8) -> None:
-        self.queues = queues
-        self.waiting: dict[str, list[Waiting]] = {}  # by queue: the next round
-        self.committing: set[str] = set()
-        self.threads = ThreadPoolExecutor(threads, thread_name_prefix="commit")
-
-    def publish(self, queue: str, message: Outgoing) -> asyncio.Future[list[PublishResult]]:
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[list[PublishResult]] = loop.create_future()
-        waiting = self.waiting.setdefault(queue, [])
-        waiting.append((message, answer))
-        if len(waiting) == 1 and queue not in self.committing:
-            loop.call_soon(self._commit_next, queue)  # once the loop has read what is ready
-        return answer
-
-    def _commit_next(self, queue: str) -> None:
-        callers = self.waiting.pop(queue, [])
-        if not callers or queue in self.committing:
-            return
-        messages = [[message] for message, _ in callers]
-        if len(callers) == 1 and not self.committing:
-            # Alone on the loop: nothing to gather meanwhile, so no hand-off to a thread
-            # (its wake-ups cost a lone client more than the loop's wait for the flush).
-            outcomes: list[Outcome]
-            try:
-                outcomes = self.queues.publish_each(queue, messages)
-            except Exception as exc:  # its caller gets it (a 500 in the bench)
-                outcomes = [exc]
-            self._answer(queue, callers, outcomes)
-            return
-        self.committing.add(queue)
-        loop = asyncio.get_running_loop()
-        committing = self.threads.submit(self.queues.publish_each, queue, messages)
-        committing.add_done_callback(
-            lambda done: loop.call_soon_threadsafe(self._committed, queue, callers, done)
-        )
-
-    def _committed(self, queue: str, callers: list[Waiting], done: Future[list[Outcome]]) -> None:
-        self.committing.discard(queue)
-        failed = done.exception()
-        self._answer(queue, callers, [failed] * len(callers) if failed else done.result())
-
-    def _answer(self, queue: str, callers: list[Waiting], outcomes: list[Outcome]) -> None:
-        for (_, answer), outcome in zip(callers, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                answer.set_exception(outcome)
-            else:
-                answer.set_result(outcome)
-        self._commit_next(queue)
 
 
 @functools.cache
@@ -182,13 +119,10 @@ async def publish_loop_app(scope: dict[str, Any], receive: Receive, send: Send) 
     reply = ENVELOPE
     if "msg" in fields and "q" in fields:
         upload = Upload(queues.data_dir)
-        try:
-            upload.write(fields["msg"])
-            message = Outgoing(upload, settings.core.default_retention_days, None)
-            await _gathered().publish(fields["q"].decode(), message)
-            reply = PUBLISHED
-        finally:
-            upload.discard()
+        upload.write(fields["msg"])
+        message = Outgoing(upload, settings.core.default_retention_days, None)
+        await _gathered().publish(fields["q"].decode(), [message], release=upload.discard)
+        reply = PUBLISHED
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(reply))]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": reply})

@@ -8,7 +8,9 @@ a round. Reported: median and range (min-max) over the rounds, and the server's 
 seconds per message (its whole process tree, see ``bench.cpu``).
 
 * **ours**: the api under gunicorn, as in the other scenarios; where durability plays a
-  part (publishing), twice: ``ours sync`` and ``ours interval`` (``ZOSCII_DURABILITY``);
+  part (publishing), twice: ``ours sync`` and ``ours interval`` (``ZOSCII_DURABILITY``),
+  and for publishing under both servers (``ours loop sync``, ``ours loop interval``:
+  ``ZOSCII_API_SERVER=loop``, gunicorn's asgi worker, ``zoscii_api.asgi``);
 * **raw WSGI floor**, **Flask floor**: ``bench/floor_app.py``'s apps under the same
   gunicorn settings: the same requests answered by an app that only reads the body
   (what no api rewrite can go below);
@@ -16,9 +18,9 @@ seconds per message (its whole process tree, see ``bench.cpu``).
   settings, the api's commit (``QueueStore.publish_many``, sync) without the endpoint
   around it: ours minus it is what the endpoint costs, it minus the raw floor what the
   core and the disk cost; and **core commit, event loop**, the same commit served from
-  gunicorn's asgi worker, each worker's requests gathered into one commit while the
-  last one runs (``publish_loop_app``), in both durability modes: what that design
-  would give the api;
+  gunicorn's asgi worker, gathered as the loop server gathers them
+  (``publish_loop_app``), in both durability modes: ours on the loop minus it is what
+  the endpoint costs there;
 * **disk ceiling**: the same messages written (or read) by the bench itself with the
   bare system calls, as many threads as clients (``bench.ceilings``): for publishing,
   the physical bound (a flush of a preallocated log, the files unflushed), and beside it
@@ -54,8 +56,11 @@ from bench.ceilings import (
 )
 from bench.contenders import (
     BOTH_MODES,
+    EVERY_SERVER,
     FLASK_FLOOR,
     INTERVAL,
+    LOOP_INTERVAL,
+    LOOP_SYNC,
     OURS,
     SYNC,
     Contenders,
@@ -86,15 +91,25 @@ REPLICATION_ROUNDS = 3
 CEILING = "disk ceiling"  # publishing: the physical bound (bench.ceilings, wal_*)
 POSIX = "POSIX commit"  # each new file flushed, renamed, its directory flushed
 
-# Issue 24's targets, by (clients, queues) of the publish comparisons.
-SYNC_1 = Goal(SYNC, "ratio", 0.6, ORIGINAL)
-INTERVAL_1 = Goal(INTERVAL, "ratio", 1.0, ORIGINAL)
-EIGHT = [
-    Goal(SYNC, "ratio", 1.0, ORIGINAL),
-    Goal(SYNC, "cpu", 0.45),
-    Goal(INTERVAL, "ratio", 1.1, ORIGINAL),
-]
-PUBLISH_GOALS = {(1, 1): [SYNC_1, INTERVAL_1], (8, 1): EIGHT, (8, 8): EIGHT}
+
+# Issue 24's targets, by (clients, queues) of the publish comparisons, for either server.
+def _one(sync: str, interval: str) -> list[Goal]:
+    return [Goal(sync, "ratio", 0.6, ORIGINAL), Goal(interval, "ratio", 1.0, ORIGINAL)]
+
+
+def _eight(sync: str, interval: str) -> list[Goal]:
+    return [
+        Goal(sync, "ratio", 1.0, ORIGINAL),
+        Goal(sync, "cpu", 0.45),
+        Goal(interval, "ratio", 1.1, ORIGINAL),
+    ]
+
+
+PUBLISH_GOALS = {
+    (1, 1): _one(SYNC, INTERVAL) + _one(LOOP_SYNC, LOOP_INTERVAL),
+    (8, 1): _eight(SYNC, INTERVAL) + _eight(LOOP_SYNC, LOOP_INTERVAL),
+    (8, 8): _eight(SYNC, INTERVAL) + _eight(LOOP_SYNC, LOOP_INTERVAL),
+}
 BATCH_GOALS = {1: 10_000, 4: 18_000}  # framed, msg/s of ours sync
 
 Run = Callable[[int], Sample]  # round number -> that round's figure for one target
@@ -274,7 +289,7 @@ def publish(clients: int, queues: int) -> Callable[[Context], dict[str, Any]]:
             goals=PUBLISH_GOALS.get((clients, queues), []),
         )
         workdir = ctx.fresh_dir(f"vs-publish-{clients}x{queues}")
-        with contenders(ctx, workdir, ours=BOTH_MODES, core=True) as c:
+        with contenders(ctx, workdir, ours=EVERY_SERVER, core=True) as c:
             runs = {
                 target: publish_run(c, target, clients, queues, seconds, workdir)
                 for target in [*c.ours, *c.floors]
@@ -376,13 +391,14 @@ def batch(ctx: Context) -> dict[str, Any]:
     multipart = (batch_body(), f"multipart/form-data; boundary={BOUNDARY}")
     details: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "messages_per_request": BATCH}
     payloads = [tag(i) + TAIL for i in range(BATCH)]
-    with contenders(ctx, workdir, ours=BOTH_MODES) as c:
+    batch_servers = {SYNC: BOTH_MODES[SYNC], LOOP_SYNC: EVERY_SERVER[LOOP_SYNC]}
+    with contenders(ctx, workdir, ours=batch_servers) as c:
         for clients in BATCH_CLIENTS:
             plural = "s" if clients > 1 else ""
             where = f", {clients} queues" if clients > 1 else ""
             comparison = Comparison(
                 f"batch publish {BATCH} x 1 KB, framed, {clients} client{plural}{where}",
-                goals=[Goal(SYNC, "rate", BATCH_GOALS[clients])],
+                goals=[Goal(t, "rate", BATCH_GOALS[clients]) for t in (SYNC, LOOP_SYNC)],
             )
             comparison.notes.append(
                 f"{ORIGINAL}: single publish, as many clients and queues (it has no batch)"
@@ -427,7 +443,7 @@ def batch(ctx: Context) -> dict[str, Any]:
             )
             runs = {
                 target: batch_run(c, target, clients, seconds, workdir, multipart)
-                for target in [SYNC, *c.floors]
+                for target in [*c.ours, *c.floors]
             }
             alternate(comparison, runs, rounds)
             ctx.results.comparisons.append(comparison)

@@ -35,8 +35,8 @@ as_root() {
 ensure_mmdebstrap() {
   command -v mmdebstrap >/dev/null 2>&1 && return 0
   log "installing mmdebstrap with apt-get"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  as_root apt-get -o DPkg::Lock::Timeout=300 update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends \
     mmdebstrap >/dev/null
 }
 

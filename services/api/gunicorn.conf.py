@@ -1,7 +1,10 @@
 """gunicorn configuration for the api, driven by the same typed settings as the app.
 
-gthread workers: a thread per request, so a slow 1 GB upload never stalls the worker's
-heartbeat; several processes, so one crash costs only its own requests.
+``ZOSCII_API_SERVER=threads`` (the default): gthread workers, a thread per request, so a
+slow 1 GB upload never stalls the worker's heartbeat. ``loop``: gunicorn's asgi worker,
+publishes gathered on its event loop and everything else in a pool of threads
+(``zoscii_api.asgi``). Several processes either way, so one crash costs only its own
+requests.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
 bind = [_settings.bind]
 workers = _settings.workers
 threads = _settings.threads
-worker_class = "zoscii_api.gunicorn_worker.ThreadWorker"  # gthread + a deadline for request heads
+if _settings.server == "loop":
+    worker_class = "asgi"
+    wsgi_app = "zoscii_api.app:create_asgi_app()"
+    worker_connections = 1000  # a connection costs the loop a socket, not a thread
+    asgi_lifespan = "on"  # the app stops its thread pools on shutdown
+else:
+    worker_class = "zoscii_api.gunicorn_worker.ThreadWorker"  # gthread + a head deadline
+    wsgi_app = "zoscii_api.app:create_app()"
 timeout = _settings.timeout_seconds
 graceful_timeout = 30
 keepalive = 5
@@ -36,7 +46,6 @@ errorlog = "-"
 loglevel = _settings.log[0].lower()  # ZOSCII_LOG_LEVEL, checked
 logger_class = "zoscii_api.logs.ApiLogger"  # shared format; no query strings (messages)
 http_parser = "auto"  # gunicorn's C parser (gunicorn[fast]) when installed, else Python
-wsgi_app = "zoscii_api.app:create_app()"
 control_socket_disable = True  # no runtime-control socket in $HOME: unused, one less door
 if _settings.tls_cert:  # HTTPS served by gunicorn itself; a reverse proxy is the other way
     certfile, keyfile = _settings.tls_cert, _settings.tls_key or None

@@ -1,4 +1,5 @@
-"""The api as it runs: gunicorn, several workers, several processes on one volume."""
+"""The api as it runs: gunicorn, several workers, several processes on one volume; each
+test under both servers (ZOSCII_API_SERVER: gthread's threads, the asgi worker's loop)."""
 
 import hashlib
 import os
@@ -14,6 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.api_server import ApiServer
 
 GIB = 1 << 30
+
+
+@pytest.fixture(params=["threads", "loop"])
+def server_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The settings of the server under test: ``env`` of ApiServer."""
+    return {"ZOSCII_API_SERVER": request.param}
 
 
 def published(reply: requests.Response) -> bool:
@@ -35,11 +42,13 @@ def follow(url: str, queue: str, stop: threading.Event, seen: list[tuple[str, by
 
 
 @pytest.mark.slow
-def test_ordering_across_workers_and_api_processes(tmp_path: Path) -> None:
+def test_ordering_across_workers_and_api_processes(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
     """8 publishers over two api processes (2 workers each) on one data directory while a
     consumer follows by pointer: every acknowledged message once, in name order."""
     data_dir = tmp_path / "data"
-    servers = [ApiServer(data_dir, workers=2).start() for _ in range(2)]
+    servers = [ApiServer(data_dir, workers=2, env=server_env).start() for _ in range(2)]
     try:
         requests.get(servers[0].url, params={"action": "publish", "q": "q", "msg": "first"})
         acked: dict[bytes, None] = {}
@@ -80,8 +89,8 @@ def test_ordering_across_workers_and_api_processes(tmp_path: Path) -> None:
             server.stop()
 
 
-def test_metrics_add_up_across_workers(tmp_path: Path) -> None:
-    server = ApiServer(tmp_path / "data", workers=3).start()
+def test_metrics_add_up_across_workers(tmp_path: Path, server_env: dict[str, str]) -> None:
+    server = ApiServer(tmp_path / "data", workers=3, env=server_env).start()
     try:
         server.wait_for_workers(3)  # start() returns when the first one answers
         for i in range(30):  # a new connection each time, so the workers share the load
@@ -108,9 +117,11 @@ def test_metrics_add_up_across_workers(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_kill_9_of_the_api_loses_no_acknowledged_message(tmp_path: Path) -> None:
+def test_kill_9_of_the_api_loses_no_acknowledged_message(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
     data_dir = tmp_path / "data"
-    server = ApiServer(data_dir, workers=2).start()
+    server = ApiServer(data_dir, workers=2, env=server_env).start()
     acked: dict[bytes, None] = {}
     lock = threading.Lock()
     stop = threading.Event()
@@ -147,7 +158,7 @@ def test_kill_9_of_the_api_loses_no_acknowledged_message(tmp_path: Path) -> None
         thread.join()
     assert len(acked) >= 300, f"only {len(acked)} acknowledged before the kill"
 
-    restarted = ApiServer(data_dir, workers=2).start()
+    restarted = ApiServer(data_dir, workers=2, env=server_env).start()
     try:
         seen: list[tuple[str, bytes]] = []
         follow(restarted.url, "k", _set_event(), seen)
@@ -179,8 +190,10 @@ def _chunks(total: int, block: bytes):
 
 
 @pytest.mark.slow
-def test_a_gigabyte_passes_with_flat_worker_memory(tmp_path: Path) -> None:
-    server = ApiServer(tmp_path / "data", workers=1, threads=2).start()
+def test_a_gigabyte_passes_with_flat_worker_memory(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    server = ApiServer(tmp_path / "data", workers=1, threads=2, env=server_env).start()
     try:
         worker = psutil.Process(server.worker_pids()[0])
         baseline = worker.memory_info().rss
@@ -222,8 +235,12 @@ def test_a_gigabyte_passes_with_flat_worker_memory(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_oversized_body_is_refused_before_it_is_read(tmp_path: Path) -> None:
-    server = ApiServer(tmp_path / "data", env={"ZOSCII_MAX_MESSAGE_BYTES": "1000"}).start()
+def test_oversized_body_is_refused_before_it_is_read(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    server = ApiServer(
+        tmp_path / "data", env={**server_env, "ZOSCII_MAX_MESSAGE_BYTES": "1000"}
+    ).start()
     try:
         reply = requests.post(
             server.url,

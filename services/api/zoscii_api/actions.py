@@ -18,6 +18,7 @@ from werkzeug.wrappers import Request
 
 from zoscii_api.admin import AdminActions
 from zoscii_api.context import context_of
+from zoscii_api.gather import Gathered
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams, whole_number
 from zoscii_api.responses import Answer, batch_response, envelope, message_response
@@ -27,7 +28,7 @@ from zoscii_api.work import WorkActions
 from zosciimq.core import DataStore, FetchResult, QueueStore, Upload, parse_name
 from zosciimq.core.names import clean_nonce, clean_pointer, clean_queue, clean_retention
 from zosciimq.core.nonces import scoped
-from zosciimq.core.outgoing import Outgoing
+from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.errors import ActionDisabled, InvalidInput, MissingMessage, QueueBlocked
 from zosciimq.protocol import FRAMED_BATCH, NONCE, RETENTION, TTL
 
@@ -35,6 +36,16 @@ MAX_IDENTIFY_NAMES = 10_000
 # A batch part's options, by the lower-case header names params gives them.
 _NONCE, _RETENTION, _TTL = NONCE.lower(), RETENTION.lower(), TTL.lower()
 Handler = Callable[[Request, RequestParams], Answer]
+
+
+@dataclass(frozen=True)
+class _Publishing:
+    """A publish, checked and ready to commit."""
+
+    queue: str
+    messages: list[Outgoing]
+    size: int  # of the messages' bytes, for the metrics
+    batch: bool
 
 
 @dataclass
@@ -83,37 +94,47 @@ class Actions:
 
     # --- queues -----------------------------------------------------------------------
     def publish(self, request: Request, params: RequestParams) -> Answer:
+        publishing = self._publishing(request, params)
+        results = self.queues.publish_many(publishing.queue, publishing.messages)
+        return self._published(publishing, results)
+
+    async def publish_gathered(
+        self, request: Request, params: RequestParams, gathered: Gathered
+    ) -> Answer:
+        """``publish`` on an event loop: the commit is shared with the publishes
+        ``gathered`` meanwhile. Closes ``params``, once the commit is over (a client that
+        left while it waited does not free the uploads a commit is writing)."""
+        try:
+            publishing = self._publishing(request, params)
+        except BaseException:
+            params.close()
+            raise
+        results = await gathered.publish(
+            publishing.queue, publishing.messages, release=params.close
+        )
+        return self._published(publishing, results)
+
+    def _publishing(self, request: Request, params: RequestParams) -> _Publishing:
+        """What a publish asks for, checked: the queue and its messages.
+
+        A batch (every ``msg`` part, or frame) is one commit, contiguous names, all or
+        nothing. A part's ``X-ZOSCII-Nonce`` and ``X-ZOSCII-Retention`` headers (a
+        frame's ``n`` and ``r``) are its own nonce and retention (``r`` is the default for
+        the others; ``n`` only for a batch of one, so a client probing with one message
+        can send a nonce the original also understands). The batch's size limits were
+        enforced while it arrived (params).
+        """
         queue = self.check_queue("publish", params.text("q"))
         raw_retention = params.text("r")
         # None: the queue policy's retention, else the default; the core decides it in
         # the commit, where it reads the queue's policy rule for the limits anyway.
         retention = clean_retention(raw_retention, 0) if raw_retention else None
-        if params.batch is not None:
-            return self._publish_batch(request, queue, retention, params)
-        nonce = _nonce(request, params.text("n"))
-        upload = _require_message(params)
-        message = Outgoing(upload, retention, nonce, _expiry(params.text("ttl")))
-        (result,) = self.queues.publish_many(queue, [message])
-        if result.duplicate:
-            return envelope(message="Nonce already used.")
-        self.watcher.notify(queue)
-        self.metrics.published_messages(queue, 1, upload.size)
-        return envelope(message="Message published.")
-
-    def _publish_batch(
-        self, request: Request, queue: str, retention: int | None, params: RequestParams
-    ) -> Answer:
-        """Every ``msg`` part (or frame) is a message: one commit, contiguous names, all or
-        nothing.
-
-        A part's ``X-ZOSCII-Nonce`` and ``X-ZOSCII-Retention`` headers (a frame's ``n``
-        and ``r``) are its own nonce and retention (``r`` is the default for the others;
-        ``n`` only for a batch of one, so a client probing with one message can send a
-        nonce the original also understands). The reply's result lists the names given,
-        in order, with null for a message whose nonce had been used (before, or by an
-        earlier part). The batch's size limits were enforced while it arrived (params).
-        """
-        parts = params.batch or []
+        if params.batch is None:
+            nonce = _nonce(request, params.text("n"))
+            upload = _require_message(params)
+            message = Outgoing(upload, retention, nonce, _expiry(params.text("ttl")))
+            return _Publishing(queue, [message], upload.size, batch=False)
+        parts = params.batch
         if not parts:
             raise MissingMessage("A batch needs at least one message.")
         shared_nonce = _nonce(request, params.text("n"))
@@ -131,11 +152,24 @@ class Actions:
             except InvalidInput as exc:
                 raise InvalidInput(f"Message {number} of the batch: {exc}") from None
             messages.append(Outgoing(part.upload, days, nonce, expires_at))
-        names = [result.name for result in self.queues.publish_many(queue, messages)]
+        return _Publishing(queue, messages, sum(p.upload.size for p in parts), batch=True)
+
+    def _published(self, publishing: _Publishing, results: list[PublishResult]) -> Answer:
+        """The reply to a committed publish. A batch's result lists the names given, in
+        order, with null for a message whose nonce had been used (before, or by an
+        earlier part)."""
+        queue = publishing.queue
+        if not publishing.batch:
+            if results[0].duplicate:
+                return envelope(message="Nonce already used.")
+            self.watcher.notify(queue)
+            self.metrics.published_messages(queue, 1, publishing.size)
+            return envelope(message="Message published.")
+        names = [result.name for result in results]
         published = sum(name is not None for name in names)
         if published:
             self.watcher.notify(queue)
-        self.metrics.published_messages(queue, published, sum(p.upload.size for p in parts))
+        self.metrics.published_messages(queue, published, publishing.size)
         repeats = len(names) - published
         message = f"{published} message(s) published." + (
             f" {repeats} nonce(s) already used." if repeats else ""

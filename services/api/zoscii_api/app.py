@@ -17,8 +17,10 @@ from werkzeug.exceptions import HTTPException
 
 from zoscii_api.actions import Actions
 from zoscii_api.admin import AdminActions
+from zoscii_api.asgi import ApiServer
 from zoscii_api.audit import Audit
 from zoscii_api.endpoint import Endpoint, error_response
+from zoscii_api.gather import Gathered
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.responses import Answer, envelope
 from zoscii_api.settings import ApiSettings
@@ -34,9 +36,31 @@ from zosciimq.service.stores import open_stores
 
 log = logging.getLogger(__name__)
 
+COMMIT_THREADS = 8  # queues whose commits run at once in a worker (one each)
+
 
 def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -> Flask:
+    """The api as a WSGI app (gthread workers, tests)."""
+    return _build(settings or ApiSettings.from_env(), clock)[0]
+
+
+def create_asgi_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -> ApiServer:
+    """The api as an ASGI app (``ZOSCII_API_SERVER=loop``, gunicorn's asgi worker):
+    publishes gathered on the loop, everything else the WSGI app in threads."""
     settings = settings or ApiSettings.from_env()
+    app, endpoint = _build(settings, clock)
+    return ApiServer(
+        app,
+        endpoint,
+        Gathered(endpoint.actions.queues, threads=COMMIT_THREADS),
+        threads=settings.threads,
+        body_timeout=settings.body_timeout_seconds,
+        body_min_rate=settings.body_min_rate,
+        trusted_proxies=settings.trusted_proxies,
+    )
+
+
+def _build(settings: ApiSettings, clock: Clock) -> tuple[Flask, Endpoint]:
     data_dir = DataDir(settings.data_dir)
     problem = _readable(data_dir) if settings.read_only else _prepare(data_dir)
     if problem:
@@ -109,7 +133,7 @@ def create_app(settings: ApiSettings | None = None, *, clock: Clock = utc_now) -
             response.headers["Allow"] = ", ".join(sorted(valid))
         return response
 
-    return app
+    return app, endpoint
 
 
 def _check_volume(data_dir: DataDir, *, read_only: bool) -> None:

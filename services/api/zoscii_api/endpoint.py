@@ -30,6 +30,7 @@ from zoscii_api.admin import AdminGate
 from zoscii_api.audit import Audit, queue_label
 from zoscii_api.context import RequestContext
 from zoscii_api.deadlines import Watchdog, body_deadline
+from zoscii_api.gather import Gathered
 from zoscii_api.metrics import ApiMetrics
 from zoscii_api.params import RequestParams, query_fields, query_params, read_params
 from zoscii_api.responses import Answer, Reply, envelope
@@ -128,9 +129,7 @@ class Endpoint:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
-        request_id = _request_id(environ.get("HTTP_X_REQUEST_ID", ""))
-        context = RequestContext(request_id).attach(environ)
-        request = Request(environ)
+        request, context = self._begin(environ)
         response: Answer
         if request.method == "OPTIONS" and self.cors.enabled:  # a browser's CORS preflight
             response = Reply(b"", 204, "text/plain", {"Allow": "GET, HEAD, POST, OPTIONS"})
@@ -139,30 +138,75 @@ class Endpoint:
             response = envelope(error="Method not allowed: use GET or POST.", status=405)
             response.headers["Allow"] = "GET, HEAD, POST"
         else:
-            response = self._answer(request, context)
-        response.headers["X-Request-ID"] = request_id
+            try:
+                response = self._handle(request, context)
+            except Exception as exc:
+                response = self._fault(exc, context)
+        return self._finish(environ, context, response, started)(environ, start_response)
+
+    async def publish(self, environ: dict[str, Any], gathered: Gathered) -> Answer | None:
+        """The answer to a request whose body is already in ``wsgi.input`` (an event
+        loop read it), when it is a publish: its messages are committed with the others
+        ``gathered`` meanwhile, and no thread waits for it. None when the request is
+        anything else: the caller serves it as WSGI, in a thread (nothing was written).
+        Refusals (access, size, a bad name) are answered here, as WSGI would."""
+        started = time.perf_counter()
+        if environ.get("REQUEST_METHOD") not in ("GET", "POST"):
+            return None
+        request, context = self._begin(environ)
+        try:
+            handler, params = self._prepare(request, context)
+        except Exception as exc:
+            return self._finish(environ, context, self._fault(exc, context), started)
+        if handler != self.actions.publish:
+            params.close()
+            return None
+        try:  # the params are closed by the action, once their commit is over
+            response = await self.actions.publish_gathered(request, params, gathered)
+        except Exception as exc:
+            response = self._fault(exc, context)
+        return self._finish(environ, context, response, started)
+
+    def _begin(self, environ: dict[str, Any]) -> tuple[Request, RequestContext]:
+        request_id = _request_id(environ.get("HTTP_X_REQUEST_ID", ""))
+        return Request(environ), RequestContext(request_id).attach(environ)
+
+    def _finish(
+        self, environ: dict[str, Any], context: RequestContext, response: Answer, started: float
+    ) -> Answer:
+        response.headers["X-Request-ID"] = context.request_id
         if self.cors.enabled:
             response.headers.update(self.cors.headers(environ.get("HTTP_ORIGIN")))
         self.metrics.answered(
             context.action, response.status_code, time.perf_counter() - started, context.waited
         )
-        return response(environ, start_response)
+        return response
 
-    def _answer(self, request: Request, context: RequestContext) -> Answer:
-        try:
-            return self._handle(request, context)
-        except ZosciiError as exc:
-            context.label("invalid")
+    def _fault(self, exc: Exception, context: RequestContext) -> Answer:
+        """The answer to what a request raised: its own status for a refusal, 507/503
+        for a volume that cannot take it, 500 (logged) for anything unexpected."""
+        context.label("invalid")
+        if isinstance(exc, ZosciiError):
             return error_response(exc)
-        except OSError as exc:
-            context.label("invalid")
+        if isinstance(exc, OSError):
             return self._volume_fault(exc, context.action)
-        except Exception:
-            context.label("invalid")
-            log.exception("unexpected error in %s", context.action)
-            return envelope(error="Internal server error.", status=500)
+        log.error("unexpected error in %s", context.action, exc_info=exc)
+        return envelope(error="Internal server error.", status=500)
 
     def _handle(self, request: Request, context: RequestContext) -> Answer:
+        handler, params = self._prepare(request, context)
+        try:
+            if handler is None:
+                return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
+            return handler(request, params)
+        finally:
+            params.close()
+
+    def _prepare(
+        self, request: Request, context: RequestContext
+    ) -> tuple[Handler | None, RequestParams]:
+        """The handler of the request's action (None: it names none) and its parameters,
+        once it may run; the caller closes the parameters."""
         environ = request.environ
         settings = self.settings
         if self.direct_peers is not None and not self.direct_peers.allows(
@@ -184,18 +228,14 @@ class Endpoint:
             if not _is_form(content_type):
                 _check_raw_body(query, _mimetype(content_type))
         handler = self._admit(request, context, client, query)  # before a byte is written
-        if has_body:
-            params = self._read_body(request, context, query, client)
-        else:  # the URL is all there is: judged above
-            params = query_params(query, self.new_upload)
-        try:
-            if has_body:  # a form's fields override the URL's
-                handler = self._admit(request, context, client, params.fields)
-            if handler is None:
-                return Reply(WELCOME.encode(), 200, "text/plain; charset=utf-8")
-            return handler(request, params)
-        finally:
+        if not has_body:  # the URL is all there is: judged above
+            return handler, query_params(query, self.new_upload)
+        params = self._read_body(request, context, query, client)
+        try:  # a form's fields override the URL's
+            return self._admit(request, context, client, params.fields), params
+        except BaseException:
             params.close()
+            raise
 
     def _read_body(
         self,

@@ -37,11 +37,16 @@ ACCESS_LINE = (
 
 class ApiLogger(glogging.Logger):
     addresses: ClientAddress  # set up by setup(), which gunicorn's Logger.__init__ calls
+    written_by_app: bool
 
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
         # The api's own variables only: its access and policy files are the app's to read.
-        self.addresses = ClientAddress(read_env(ApiSettings, os.environ).trusted_proxies)
+        settings = read_env(ApiSettings, os.environ)
+        self.addresses = ClientAddress(settings.trusted_proxies)
+        # Under the asgi worker gunicorn's environ is not the app's (no endpoint
+        # context): the app writes the lines itself (zoscii_api.asgi).
+        self.written_by_app = settings.server == "loop"
         level, log_format = log_settings(os.environ)
         setup_logging(SERVICE, level=level, log_format=log_format)  # the app's own loggers
         formatter = formatter_for(SERVICE, log_format)
@@ -50,30 +55,54 @@ class ApiLogger(glogging.Logger):
                 handler.setFormatter(formatter)
 
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: timedelta) -> None:
-        if not self.access_log_enabled or environ.get("PATH_INFO") in QUIET_PATHS:
+        if not self.access_log_enabled or self.written_by_app:
             return
-        context = environ.get(CONTEXT)  # None: not the protocol endpoint's (/openapi.yaml)
         status = resp.status.split(None, 1)[0] if isinstance(resp.status, str) else resp.status
-        fields = {
-            "client": self.addresses.of_environ(environ) or "-",
-            "method": environ.get("REQUEST_METHOD", "-"),
-            "path": environ.get("PATH_INFO", "-"),
-            "action": context.action if context else "-",
-            "queue": (context.queue if context else None) or "-",
-            "status": int(status) if str(status).isdigit() else status,
-            "bytes": getattr(resp, "sent", None) or 0,
-            "duration_ms": round(request_time.total_seconds() * 1000, 1),
-            "request_id": context.request_id if context else "-",
-        }
-        log = self.access_log
-        if not log.isEnabledFor(logging.INFO):
-            return
-        try:
-            # Made here rather than by log.info(): that walks the stack for the caller's
-            # file and line on every request, which an access line never shows.
-            record = log.makeRecord(
-                log.name, logging.INFO, __file__, 0, ACCESS_LINE, (fields,), None, extra=fields
-            )
-            log.handle(record)
-        except Exception:
-            self.exception("cannot write the access log")
+        write_access(
+            self.access_log,
+            self.addresses,
+            environ,
+            int(status) if str(status).isdigit() else status,
+            getattr(resp, "sent", None) or 0,
+            request_time.total_seconds(),
+        )
+
+
+def access_logger() -> logging.Logger:
+    """The logger of access lines: gunicorn's, which its ``accesslog`` setting routes."""
+    return logging.getLogger("gunicorn.access")
+
+
+def write_access(
+    log: logging.Logger,
+    addresses: ClientAddress,
+    environ: dict[str, Any],
+    status: int | str,
+    sent: int,
+    seconds: float,
+) -> None:
+    """One access line for the request ``environ`` describes (its endpoint context, when
+    the protocol endpoint saw it)."""
+    if environ.get("PATH_INFO") in QUIET_PATHS or not log.isEnabledFor(logging.INFO):
+        return
+    context = environ.get(CONTEXT)  # None: not the protocol endpoint's (/openapi.yaml)
+    fields = {
+        "client": addresses.of_environ(environ) or "-",
+        "method": environ.get("REQUEST_METHOD", "-"),
+        "path": environ.get("PATH_INFO", "-"),
+        "action": context.action if context else "-",
+        "queue": (context.queue if context else None) or "-",
+        "status": status,
+        "bytes": sent,
+        "duration_ms": round(seconds * 1000, 1),
+        "request_id": context.request_id if context else "-",
+    }
+    try:
+        # Made here rather than by log.info(): that walks the stack for the caller's
+        # file and line on every request, which an access line never shows.
+        record = log.makeRecord(
+            log.name, logging.INFO, __file__, 0, ACCESS_LINE, (fields,), None, extra=fields
+        )
+        log.handle(record)
+    except Exception:
+        log.exception("cannot write the access log")

@@ -26,7 +26,7 @@ import io
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Protocol
+from typing import IO, Any, Protocol, cast
 from urllib.parse import unquote_to_bytes
 
 from werkzeug.datastructures import Headers
@@ -278,6 +278,21 @@ def query_fields(query: bytes, limit: int) -> dict[str, bytes]:
     return fields
 
 
+def field_of(data: bytes, name: str) -> bytes | None:
+    """The value of ``name`` in ``a=1&b=2`` bytes (the last one, as ``query_fields``
+    keeps), decoding no other value: a look at a request before it is parsed. None when
+    absent, or when a name cannot be decoded (the parse that follows says why)."""
+    found = None
+    for pair in data.split(b"&"):
+        key, _, value = pair.partition(b"=")
+        try:
+            if len(key) <= MAX_KEY_BYTES and _key_name(key) == name:
+                found = value
+        except InvalidInput:
+            return None
+    return None if found is None else unquote_plus_bytes(found)
+
+
 class UrlencodedDecoder:
     """A streaming ``a=1&b=2`` decoder for bodies of any size (``msg`` of 1 GB)."""
 
@@ -401,6 +416,37 @@ def parse_multipart(stream: IO[bytes], boundary: str, collector: ParamCollector)
                     sink = None
 
 
+class WholeBody(io.RawIOBase):
+    """A body of a declared length that refuses to end early: a client that went away
+    mid-body must not have its message taken for a shorter whole one. (gunicorn's body
+    reader ends at the connection's end without saying so.)"""
+
+    def __init__(self, stream: IO[bytes], length: int) -> None:
+        self.stream = stream
+        self.left = length
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = self.left if size is None or size < 0 else min(size, self.left)
+        if want == 0:
+            return b""
+        data = self.stream.read(want)
+        if not data:
+            raise InvalidInput(
+                f"The request body ended {self.left} bytes before its Content-Length: the"
+                " connection closed early. Nothing was stored."
+            )
+        self.left -= len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
 def read_params(
     *,
     query: dict[str, bytes],
@@ -434,6 +480,8 @@ def read_params(
         )
         collector.start_batch(params.fields.get("batch", b""))
         if has_body:
+            if content_length is not None:
+                stream = cast(IO[bytes], WholeBody(stream, content_length))
             _read_body(params, collector, content_type, content_length, stream, query_msg)
         if params.batch is not None:
             if query_msg is not None:

@@ -40,6 +40,7 @@ QUEUE_ACTIONS = frozenset({"publish", "fetch", "consume", "ack", "requeue", "dea
 # Who may use the protocol without the proxy (ZOSCII_DIRECT_ACCESS): "local" peers only
 # (loopback, the networks the api is attached to, trusted proxies), or "public": anyone.
 DIRECT_ACCESS = ("local", "public")
+SERVERS = ("threads", "loop")
 
 
 def _actions(raw: str) -> frozenset[str]:
@@ -59,6 +60,13 @@ def _admin_allow(raw: str) -> tuple[str, ...]:
     if raw.strip().lower() == "none":
         return ()
     return network_setting(raw, "ZOSCII_ADMIN_ALLOW")
+
+
+def _server(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in SERVERS:
+        raise SettingsError(f"ZOSCII_API_SERVER={raw!r}: use threads or loop")
+    return value
 
 
 def _direct_access(raw: str) -> str:
@@ -81,6 +89,10 @@ class ApiSettings:
     blocked_queues: frozenset[str] = env_field("ZOSCII_BLOCKED_QUEUES", frozenset(), parse=_queues)
     bind: str = env_field("ZOSCII_BIND", "0.0.0.0:8080")
     workers: int = env_field("ZOSCII_WORKERS", 2, minimum=1, maximum=256)
+    # "threads": gunicorn's gthread worker, a thread per request (zoscii_api.gunicorn_worker);
+    # "loop": its asgi worker, publishes on the event loop and the rest in threads
+    # (zoscii_api.asgi). ZOSCII_THREADS is the threads of either.
+    server: str = env_field("ZOSCII_API_SERVER", "threads", parse=_server)
     threads: int = env_field("ZOSCII_THREADS", 32, minimum=1, maximum=1024)
     timeout_seconds: int = env_field("ZOSCII_TIMEOUT_SECONDS", 120, minimum=1)
     max_wait_seconds: int = env_field("ZOSCII_MAX_WAIT_SECONDS", 30, minimum=0, maximum=3600)

@@ -173,6 +173,12 @@ class QueueStore:
             raise
         return [storage_error(s.error) if s.error is not None else (s.result or []) for s in done]
 
+    def is_busy(self, queue: str) -> bool:
+        """Whether someone (a thread or process) holds ``queue``'s lock at this moment:
+        a hint for a caller that must not wait for it, such as an event loop."""
+        with self._open.use(queue) as files:
+            return files.lock_is_held()
+
     # --- checkpoints and recovery ----------------------------------------------------
     def checkpoint_to(self, queue: str, position: Position) -> None:
         """Move ``queue``'s log checkpoint to ``position`` (the checkpointer's callback,
