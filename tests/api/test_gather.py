@@ -64,12 +64,13 @@ def test_publishes_that_arrive_together_share_a_commit_in_arrival_order(store: R
     assert [body for _, body in queue_contents(store.data_dir, "q")] == [
         b"m%d" % n for n in range(20)
     ]
-    assert sum(callers for callers, _ in store.commits) == 20
-    assert len(store.commits) < 20  # they shared commits
+    # All twenty were waiting when the loop came to commit: one commit, on the loop
+    # (nothing else of this worker was waiting or committing).
+    assert store.commits == [(20, threading.current_thread().name)]
     assert list(store.data_dir.temp.iterdir()) == []  # every upload released
 
 
-def test_a_lone_publish_is_committed_on_the_loop_and_a_locked_queue_in_a_thread(
+def test_a_publish_is_committed_on_the_loop_and_behind_a_held_lock_in_a_thread(
     store: Recorded,
 ) -> None:
     gathered = Gathered(store)
@@ -94,6 +95,25 @@ def test_a_lone_publish_is_committed_on_the_loop_and_a_locked_queue_in_a_thread(
     asyncio.run(main())
     gathered.close()
     assert [body for _, body in queue_contents(store.data_dir, "q")] == [b"alone", b"behind a lock"]
+
+
+def test_queues_that_commit_at_once_commit_in_threads(store: Recorded) -> None:
+    """Two queues' publishes at once: on the loop their flushes would follow each other;
+    in threads they overlap."""
+    gathered = Gathered(store)
+    loop_thread = threading.current_thread().name
+
+    async def main() -> None:
+        first, second = messages(store, b"a"), messages(store, b"b")
+        await asyncio.gather(
+            gathered.publish("qa", first, release=lambda: released(first)),
+            gathered.publish("qb", second, release=lambda: released(second)),
+        )
+
+    asyncio.run(main())
+    gathered.close()
+    assert len(store.commits) == 2
+    assert all(thread != loop_thread for _, thread in store.commits)
 
 
 def test_each_caller_gets_its_own_outcome(store: Recorded) -> None:
