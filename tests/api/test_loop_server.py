@@ -183,3 +183,29 @@ def test_a_body_cut_short_by_the_client_publishes_nothing(
         assert after.json()["message"] == "Message published."  # the worker goes on
     finally:
         server.stop()
+
+
+def test_a_publish_needs_no_thread_on_the_loop(tmp_path: Path) -> None:
+    """One request thread, held by an upload that has not finished arriving (a chunked
+    body is read by a thread): a publish is still answered, from the loop."""
+    server = ApiServer(
+        tmp_path / "data", workers=1, threads=1, env={"ZOSCII_API_SERVER": "loop"}
+    ).start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)) as held:
+            held.sendall(
+                b"POST /?action=publish&q=slow HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"5\r\nfirst\r\n"
+            )
+            time.sleep(0.3)  # its thread now waits for the rest of the body
+            reply = requests.get(
+                server.url, params={"action": "publish", "q": "quick", "msg": "m"}, timeout=5
+            )
+            assert reply.json()["message"] == "Message published."
+            held.sendall(b"7\r\n second\r\n0\r\n\r\n")  # the held upload ends: answered too
+            assert held.recv(65536).startswith(b"HTTP/1.1 200")
+        assert queue_contents(server.data_dir, "quick")[0][1] == b"m"
+        assert queue_contents(server.data_dir, "slow")[0][1] == b"first second"
+    finally:
+        server.stop()

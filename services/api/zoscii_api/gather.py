@@ -41,9 +41,8 @@ Waiting = tuple[Sequence[Outgoing], "asyncio.Future[Results]"]
 class Gathered:
     """One per worker process (its event loop's): see the module's docstring."""
 
-    def __init__(self, queues: QueueStore, threads: int = 8, *, inline: bool = True) -> None:
+    def __init__(self, queues: QueueStore, threads: int = 8) -> None:
         self.queues = queues
-        self.inline = inline
         self._waiting: dict[str, list[Waiting]] = {}  # by queue: the next commit's callers
         self._committing: set[str] = set()
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="commit")
@@ -94,7 +93,7 @@ class Gathered:
     def _on_the_loop(self, queue: str, callers: list[Waiting]) -> bool:
         # Nothing else in this worker: no other queue's commit in flight, nor one waiting
         # to start (it would wait for this flush, where in a thread its own runs beside).
-        if not self.inline or self._committing or self._waiting:
+        if self._committing or self._waiting:
             return False
         if any(message.nonce for messages, _ in callers for message in messages):
             return False  # a nonce's lock is not looked at: it may be held elsewhere
