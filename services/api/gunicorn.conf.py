@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import Any
 
+from zoscii_api.balance import Spread
 from zoscii_api.settings import ApiSettings
 
 _settings = ApiSettings.from_env()
@@ -24,11 +26,15 @@ _metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(
 )
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
 
+# The workers' connection counts, shared with them by fork: the least busy takes the next
+# connection (zoscii_api.balance).
+_spread = Spread(slots=max(8, 2 * _settings.workers))
+
 bind = [_settings.bind]
 workers = _settings.workers
 threads = _settings.threads
 if _settings.server == "loop":
-    worker_class = "asgi"
+    worker_class = "zoscii_api.gunicorn_worker.LoopWorker"  # gunicorn's asgi worker
     wsgi_app = "zoscii_api.app:create_asgi_app()"
     worker_connections = 1000  # a connection costs the loop a socket, not a thread
     asgi_lifespan = "on"  # the app stops its thread pools on shutdown
@@ -57,7 +63,13 @@ def on_starting(server: object) -> None:
     os.makedirs(_metrics_dir, exist_ok=True)
 
 
-def child_exit(server: object, worker: object) -> None:
+def pre_fork(server: object, worker: Any) -> None:
+    """Give the worker about to be forked its slot of the shared connection counts."""
+    worker.spread, worker.spread_slot = _spread, _spread.claim()
+
+
+def child_exit(server: object, worker: Any) -> None:
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+    multiprocess.mark_process_dead(worker.pid)
+    _spread.release(getattr(worker, "spread_slot", -1))

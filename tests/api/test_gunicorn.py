@@ -3,6 +3,7 @@ test under both servers (ZOSCII_API_SERVER: gthread's threads, the asgi worker's
 
 import hashlib
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -39,6 +40,64 @@ def follow(url: str, queue: str, stop: threading.Event, seen: list[tuple[str, by
         if stop.is_set():
             return
         time.sleep(0.005)
+
+
+def burst_of_connections(url: str, count: int) -> list[socket.socket]:
+    """``count`` keep-alive connections opened at once, each answered once."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.setblocking(False)
+        sock.connect_ex((host, int(port)))
+    request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    for sock in sockets:
+        sock.setblocking(True)
+        sock.settimeout(10)
+        sock.sendall(request)
+    for sock in sockets:
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    return sockets
+
+
+def holders(pids: list[int], sockets: list[socket.socket]) -> list[int]:
+    """How many of ``sockets``' server ends each worker holds."""
+    ours = {sock.getsockname() for sock in sockets}
+    counts = [0] * len(pids)
+    for i, pid in enumerate(pids):
+        for conn in psutil.Process(pid).net_connections("tcp"):
+            if conn.raddr and (conn.raddr in ours or not sockets):
+                counts[i] += 1  # (no sockets given: any client connection at all)
+    return counts
+
+
+def test_a_burst_of_clients_is_spread_over_the_workers(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    """Eight keep-alive clients connecting at once land on both workers, not all on the
+    one awake first (8 of 8, 7 of 1 or 6 of 2 before: half the cores idle)."""
+    server = ApiServer(tmp_path / "data", workers=2, env=server_env).start()
+    try:
+        pids = server.wait_for_workers(2)
+        deadline = time.monotonic() + 30
+        served: set[int] = set()
+        while served != set(pids):  # both workers up: each has taken a connection
+            assert time.monotonic() < deadline, f"only {served} of {pids} took connections"
+            sockets = burst_of_connections(server.url, 1)
+            served |= {pid for pid, n in zip(pids, holders(pids, sockets), strict=True) if n}
+            sockets[0].close()
+        spreads = []
+        for _attempt in range(3):  # the machine may hold a worker up beyond its turn
+            while any(holders(pids, [])):  # the last burst's connections all closed
+                time.sleep(0.01)
+            sockets = burst_of_connections(server.url, 8)
+            spreads.append(holders(pids, sockets))
+            for sock in sockets:
+                sock.close()
+            if min(spreads[-1]) >= 3:
+                break
+        assert min(spreads[-1]) >= 3, f"connections per worker, attempt by attempt: {spreads}"
+    finally:
+        server.stop()
 
 
 @pytest.mark.slow

@@ -72,7 +72,8 @@ class BodyReader:
         while self.more:
             left = self.started + self.timeout + self.received / self.min_rate - time.monotonic()
             try:
-                message = await asyncio.wait_for(self.receive(), max(left, 0.0))
+                async with asyncio.timeout(max(left, 0.0)):  # a timer, not a task per read
+                    message = await self.receive()
             except TimeoutError:
                 self.more = False
                 raise ClientTooSlow(

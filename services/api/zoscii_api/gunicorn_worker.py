@@ -1,4 +1,9 @@
-"""gunicorn's gthread worker with a deadline for the request head.
+"""gunicorn's workers as the api runs them: connections spread over the processes;
+gthread with a deadline for the request head.
+
+Both worker classes (``ThreadWorker`` for ``ZOSCII_API_SERVER=threads``, ``LoopWorker``
+for ``loop``) keep their count of open connections where their siblings see it and let
+a less busy sibling take a new connection first (``zoscii_api.balance``).
 
 gthread reads the request line and headers with a blocking socket and no timeout once
 the first byte is in, so a client that trickles its headers holds a thread for ever
@@ -25,13 +30,20 @@ one long call and would be cut at the head deadline.
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import select
+import socket
+import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.workers import gthread
+from gunicorn.workers.gasgi import ASGIWorker
 
+from zoscii_api.balance import DEFER_SECONDS, Spread
 from zoscii_api.deadlines import Watchdog
 from zoscii_api.settings import ApiSettings
 from zosciimq.protocol import envelope_bytes
@@ -51,7 +63,39 @@ TIMEOUT_REPLY = (
 LINGER_RESERVE = 4
 
 
-class ThreadWorker(gthread.ThreadWorker):
+class Spreading:
+    """A worker's count of open connections, written through to the workers' ``Spread``
+    (gunicorn's worker classes count in ``nr_conns``; the master's ``pre_fork`` sets
+    ``spread`` and ``spread_slot``)."""
+
+    spread: Spread | None = None
+    spread_slot = -1
+    _connections = 0
+
+    @property
+    def nr_conns(self) -> int:
+        return self._connections
+
+    @nr_conns.setter
+    def nr_conns(self, value: int) -> None:
+        self._connections = value
+        if self.spread is not None:
+            self.spread.set(self.spread_slot, value)
+
+    def defers(self) -> bool:
+        """Whether a sibling with fewer connections should take the next one."""
+        spread = self.spread
+        return spread is not None and spread.sibling_has_fewer(self.spread_slot, self._connections)
+
+
+class ThreadWorker(Spreading, gthread.ThreadWorker):
+    def accept(self, listener: Any) -> None:
+        """Take a new connection, after a sibling with fewer had a moment to take it.
+        (The poller's thread waits, not a request: the pool's threads go on.)"""
+        if self.defers():
+            time.sleep(DEFER_SECONDS)
+        super().accept(listener)  # nothing there any more (a sibling took it): EAGAIN, ignored
+
     def init_process(self) -> None:
         settings = ApiSettings.from_env()
         self.head_timeout = settings.header_timeout_seconds
@@ -130,3 +174,99 @@ def _tls_pending(sock: Any) -> bool:
     """Decrypted bytes already read from the socket (poll cannot see them)."""
     pending = getattr(sock, "pending", None)
     return bool(pending and pending())
+
+
+class LoopWorker(Spreading, ASGIWorker):
+    """gunicorn's asgi worker, taking connections one at a time and letting a less busy
+    sibling take one first (asyncio's own server accepts up to 100 a wake-up, so one
+    process took a whole burst of clients)."""
+
+    async def _serve(self) -> None:
+        # gunicorn's _serve makes one server per listener with loop.create_server; ours
+        # takes its place for those calls (this loop is the worker's own).
+        self.loop.create_server = self._create_server
+        await super()._serve()
+
+    async def _create_server(
+        self,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        *,
+        sock: socket.socket,
+        ssl: ssl.SSLContext | None = None,
+        **_ignored: Any,
+    ) -> Acceptor:
+        acceptor = Acceptor(self.loop, sock, protocol_factory, ssl, self.defers, self.log)
+        acceptor.start()
+        return acceptor
+
+
+class Acceptor:
+    """One listening socket's accepts on an event loop, one connection a wake-up, each
+    given to ``protocol_factory``'s protocol as ``create_server`` would. Has the two
+    methods of an ``asyncio.Server`` that gunicorn calls (``close``, ``wait_closed``)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        protocol_factory: Callable[[], asyncio.Protocol],
+        tls: ssl.SSLContext | None,
+        defers: Callable[[], bool],
+        log: Any,
+    ) -> None:
+        self.loop, self.sock, self.factory, self.tls = loop, sock, protocol_factory, tls
+        self.defers, self.log = defers, log
+        self._deferred = False
+        self._closed = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self.sock.setblocking(False)
+        self.loop.add_reader(self.sock.fileno(), self._readable)
+
+    def _pause(self, seconds: float) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self._timer = self.loop.call_later(seconds, self._resume)
+
+    def _resume(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self.start()
+
+    def _readable(self) -> None:
+        if not self._deferred and self.defers():
+            self._deferred = True  # once: a busy sibling does not keep it waiting
+            self._pause(DEFER_SECONDS)
+            return
+        self._deferred = False
+        try:
+            conn, _ = self.sock.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return  # a sibling took it, or the client left
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                raise
+            self.log.error("cannot accept a connection (%s); trying again in 1 s", exc)
+            self._pause(1.0)  # as asyncio's own server does
+            return
+        conn.setblocking(False)
+        task = self.loop.create_task(
+            self.loop.connect_accepted_socket(self.factory, conn, ssl=self.tls)
+        )
+        task.add_done_callback(self._connected)
+
+    def _connected(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:  # a failed TLS handshake
+            self.log.debug("connection not set up: %s", task.exception())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        else:
+            self.loop.remove_reader(self.sock.fileno())
+
+    async def wait_closed(self) -> None:
+        return None
