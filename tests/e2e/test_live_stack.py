@@ -15,6 +15,7 @@ No timing thresholds: the figures are for bench/fanout.py.
 from __future__ import annotations
 
 import asyncio
+import base64
 import resource
 import socket
 import threading
@@ -140,6 +141,41 @@ def test_streams_pass_the_proxy_unbuffered(stack: dict[str, str]) -> None:
 
     frame = asyncio.run(websocket())
     assert frame.partition(b"\n")[2] == b"\xffover a websocket"
+
+
+def test_events_far_larger_than_the_proxys_stream_buffer_pass_whole(
+    stack: dict[str, str],
+) -> None:
+    """The proxy relays a stream through a 1 KiB buffer: a 300 KiB binary message
+    arrives byte for byte, by SSE (base64) and by WebSocket, and the next one after it."""
+    url, queue = stack["url"], "e2e-live-large-events"
+    big = bytes(range(256)) * 1200  # 300 KiB, not UTF-8
+    publish(url, queue, big)
+    publish(url, queue, b"after")
+    with requests.get(
+        url,
+        params={"action": "stream", "q": queue},
+        headers={"Accept": "text/event-stream"},
+        stream=True,
+        timeout=30,
+    ) as events:
+        fields: list[tuple[bytes, bytes]] = []
+        lines = events.iter_lines(chunk_size=8192)
+        while len([f for f in fields if f[0] == b"data"]) < 2:
+            name, _, value = next(lines).partition(b": ")
+            fields.append((name, value))
+    data = [value for name, value in fields if name == b"data"]
+    assert (b"event", b"binary") in fields
+    assert base64.b64decode(data[0]) == big
+    assert data[1] == b"after"
+
+    async def websocket() -> list[str | bytes]:
+        async with connect(url.replace("http://", "ws://") + f"?action=stream&q={queue}",
+                           max_size=None) as ws:  # fmt: skip
+            return [await asyncio.wait_for(ws.recv(), 20) for _ in range(2)]
+
+    frames = asyncio.run(websocket())
+    assert [frame.partition(b"\n")[2] for frame in frames] == [big, b"after"]
 
 
 def test_hundreds_of_readers_through_the_proxy_get_everything(stack: dict[str, str]) -> None:
