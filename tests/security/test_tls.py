@@ -79,6 +79,34 @@ def test_publish_and_fetch_over_verified_https(tls_server) -> None:
     TALLY["tls: requests tried"] += 3
 
 
+def test_the_loop_server_speaks_https_too(tmp_path: Path, certificate) -> None:
+    """ZOSCII_API_SERVER=loop: its own accept loop (gunicorn_worker.Acceptor) hands each
+    connection to gunicorn's protocol with the TLS context; a small and a large publish,
+    a fetch, over verified HTTPS."""
+    cert, key = certificate
+    env = {"ZOSCII_TLS_CERT": str(cert), "ZOSCII_TLS_KEY": str(key), "ZOSCII_API_SERVER": "loop"}
+    server = ApiServer(tmp_path / "data", workers=2, env=env)
+    server.url = f"https://127.0.0.1:{server.port}/"
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("SSL_CERT_FILE", str(cert))
+        server.start()
+    try:
+        session, verify = requests.Session(), str(cert)
+        for body in (b"small", os.urandom(1 << 20)):
+            reply = session.post(
+                server.url, params={"action": "publish", "q": "loop-tls"}, data=body,
+                headers={"Content-Type": "application/octet-stream"}, verify=verify,
+            )  # fmt: skip
+            assert reply.status_code == 200, reply.text
+        fetched = session.get(server.url, params={"action": "fetch", "q": "loop-tls"},
+                              verify=verify)  # fmt: skip
+        assert fetched.content == b"small"
+        with pytest.raises(requests.exceptions.SSLError):  # an unverified certificate
+            requests.get(server.url + "healthz", verify=True, timeout=10)
+    finally:
+        server.stop()
+
+
 def test_the_certificate_is_what_a_verifying_client_checks(tls_server) -> None:
     server, _ = tls_server
     with pytest.raises(requests.exceptions.SSLError):  # not in the default trust store
