@@ -11,8 +11,9 @@ connection").
 Each worker keeps its count of open connections in a slot of a small anonymous shared
 map, which gunicorn's master makes before it forks them (``pre_fork`` gives a worker
 its slot, ``child_exit`` frees it). A worker woken by a new connection while a sibling
-holds fewer defers for ``DEFER_SECONDS``, so the sibling, woken by the same connection,
-takes it; if the sibling does not (it is busy), the worker accepts after all. The
+holds clearly fewer defers once, for ``DEFER_SECONDS``, so the sibling, woken by the same
+connection, takes it; if the sibling does not (it is busy), the worker accepts after
+all. The
 counts are hints read without a lock: a stale one costs a less even spread, never a
 connection.
 """
