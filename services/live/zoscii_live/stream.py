@@ -180,6 +180,7 @@ class Streams:
         websocket = WebSocket(conn, protocol)
         conn.websocket = websocket
         rest = request.extra.get("rest", b"")
+        conn.keep_only_the_streams_part()
         subscriber = self._follow(conn, queue, after, "websocket")
         websocket.subscriber = subscriber
         if rest:
