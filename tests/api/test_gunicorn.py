@@ -85,9 +85,10 @@ def test_a_burst_of_clients_is_spread_over_the_workers(
             sockets = burst_of_connections(server.url, 1)
             served |= {pid for pid, n in zip(pids, holders(pids, sockets), strict=True) if n}
             sockets[0].close()
-        spreads = []
+        spreads, deadline = [], time.monotonic() + 30
         for _attempt in range(3):  # the machine may hold a worker up beyond its turn
             while any(holders(pids, [])):  # the last burst's connections all closed
+                assert time.monotonic() < deadline, "the workers kept the closed connections"
                 time.sleep(0.01)
             sockets = burst_of_connections(server.url, 8)
             spreads.append(holders(pids, sockets))
