@@ -114,16 +114,21 @@ def test_a_waiting_fetch_through_the_proxy_is_the_live_services(stack: dict[str,
     assert counted(stack["api"], "zoscii_api_messages_fetched_total", queue) == 1
 
 
-def test_streams_pass_the_proxy_unbuffered(stack: dict[str, str]) -> None:
-    url, queue = stack["url"], "e2e-live-stream"
-    publish(url, queue, b"backlog")
-    with requests.get(
+def sse(url: str, queue: str) -> requests.Response:
+    """A Server-Sent Events stream of ``queue`` from its first message (a context manager)."""
+    return requests.get(
         url,
         params={"action": "stream", "q": queue},
         headers={"Accept": "text/event-stream"},
         stream=True,
         timeout=30,
-    ) as events:
+    )
+
+
+def test_streams_pass_the_proxy_unbuffered(stack: dict[str, str]) -> None:
+    url, queue = stack["url"], "e2e-live-stream"
+    publish(url, queue, b"backlog")
+    with sse(url, queue) as events:
         assert events.headers["Content-Type"].startswith("text/event-stream")
         lines = events.iter_lines(chunk_size=1)
         assert b"data: backlog" in [next(lines) for _ in range(5)]
@@ -152,13 +157,7 @@ def test_events_far_larger_than_the_proxys_stream_buffer_pass_whole(
     big = bytes(range(256)) * 1200  # 300 KiB, not UTF-8
     publish(url, queue, big)
     publish(url, queue, b"after")
-    with requests.get(
-        url,
-        params={"action": "stream", "q": queue},
-        headers={"Accept": "text/event-stream"},
-        stream=True,
-        timeout=30,
-    ) as events:
+    with sse(url, queue) as events:
         fields: list[tuple[bytes, bytes]] = []
         lines = events.iter_lines(chunk_size=8192)
         while len([f for f in fields if f[0] == b"data"]) < 2:

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
+from zoscii_api.deadlines import body_due, body_too_slow
 from zoscii_api.endpoint import PATHS, Endpoint, error_response
 from zoscii_api.gather import Gathered
 from zoscii_api.logs import access_logger, write_access
@@ -70,16 +71,15 @@ class BodyReader:
 
     async def chunk(self) -> bytes:
         while self.more:
-            left = self.started + self.timeout + self.received / self.min_rate - time.monotonic()
+            due = body_due(
+                self.started, self.received, timeout=self.timeout, min_rate=self.min_rate
+            )
             try:
-                async with asyncio.timeout(max(left, 0.0)):  # a timer, not a task per read
+                async with asyncio.timeout(max(due - time.monotonic(), 0.0)):  # no task a read
                     message = await self.receive()
             except TimeoutError:
                 self.more = False
-                raise ClientTooSlow(
-                    f"Request body too slow: allowed {self.timeout:g} s and at least"
-                    f" {self.min_rate:g} bytes per second; nothing was stored."
-                ) from None
+                raise body_too_slow(self.timeout, self.min_rate) from None
             if message["type"] != "http.request":  # http.disconnect: the client left
                 self.more = False
                 raise ClientLeft(

@@ -120,6 +120,19 @@ def _shut_reading(sock: socket.socket | None) -> None:
         pass  # already closed: nothing is blocked on it
 
 
+def body_due(started: float, received: int, *, timeout: float, min_rate: float) -> float:
+    """When a body must have arrived, by the rule of both servers: ``timeout`` seconds
+    from its start, plus a second for every ``min_rate`` bytes received so far."""
+    return started + timeout + received / min_rate
+
+
+def body_too_slow(timeout: float, min_rate: float) -> ClientTooSlow:
+    return ClientTooSlow(
+        f"Request body too slow: allowed {timeout:g} s and at least"
+        f" {min_rate:g} bytes per second; nothing was stored."
+    )
+
+
 class DeadlineInput:
     """``wsgi.input`` that must arrive by a deadline growing with what has arrived."""
 
@@ -170,7 +183,7 @@ class DeadlineInput:
         """
         if self.done:
             return -1 if size is None else size
-        slack = self.started + self.timeout + self.received / self.min_rate - self.clock()
+        slack = self._due() - self.clock()
         piece = max(1, int(self.min_rate * slack / 2))
         return piece if size is None or size < 0 else min(size, piece)
 
@@ -190,18 +203,17 @@ class DeadlineInput:
         return data
 
     def _arm(self) -> None:
-        deadline = self.started + self.timeout + self.received / self.min_rate
-        self.watchdog.watch(self, lambda: self.sock, deadline)
+        self.watchdog.watch(self, lambda: self.sock, self._due())
+
+    def _due(self) -> float:
+        return body_due(self.started, self.received, timeout=self.timeout, min_rate=self.min_rate)
 
     def _too_slow(self) -> ClientTooSlow:
         log.info(
             "request body too slow: %d bytes in %.0f s", self.received, self.clock() - self.started
         )
         self.close()
-        return ClientTooSlow(
-            f"Request body too slow: allowed {self.timeout:g} s and at least"
-            f" {self.min_rate:g} bytes per second; nothing was stored."
-        )
+        return body_too_slow(self.timeout, self.min_rate)
 
 
 @contextmanager
