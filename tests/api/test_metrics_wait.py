@@ -23,13 +23,15 @@ def test_a_long_poll_wait_is_not_request_latency(client: FlaskClient) -> None:
     text = client.get("/metrics").data.decode()
 
     waited = _sample(text, "zoscii_api_wait_seconds_sum", 'action="fetch"')
-    assert 0.9 <= waited < 5, waited
+    answering = _sample(text, "zoscii_api_request_duration_seconds_sum", 'action="fetch"')
+    # The long poll's whole second is in one histogram or the other, most of it waiting.
+    assert 0.5 < waited < 5 and waited + answering >= 1.0, (waited, answering)
     assert _sample(text, "zoscii_api_wait_seconds_count", 'action="fetch"') == 1.0
     # Every fetch (the drain's two and the long poll) answered in under 0.5 s.
     fetches = _sample(text, "zoscii_api_request_duration_seconds_count", 'action="fetch"')
     fast = _sample(text, "zoscii_api_request_duration_seconds_bucket", 'action="fetch",le="0.5"')
     assert fetches == fast == 3.0
-    assert _sample(text, "zoscii_api_request_duration_seconds_sum", 'action="fetch"') < 0.5
+    assert answering < 0.5
 
 
 def test_a_fetch_that_does_not_wait_records_no_wait(client: FlaskClient) -> None:
@@ -46,5 +48,9 @@ def test_a_consume_long_poll_is_kept_apart_too(client: FlaskClient) -> None:
     reply = client.get("/?action=consume&q=jobs&group=g&wait=1")
     assert reply.status_code == 200
     text = client.get("/metrics").data.decode()
-    assert 0.9 <= _sample(text, "zoscii_api_wait_seconds_sum", 'action="consume"') < 5
-    assert _sample(text, "zoscii_api_request_duration_seconds_sum", 'action="consume"') < 0.5
+    waited = _sample(text, "zoscii_api_wait_seconds_sum", 'action="consume"')
+    answering = _sample(text, "zoscii_api_request_duration_seconds_sum", 'action="consume"')
+    # Time between two waits (a wake-up that found nothing to lease, on a busy machine)
+    # is answering time: the long poll's second is in one histogram or the other.
+    assert 0.5 < waited < 5 and waited + answering >= 1.0, (waited, answering)
+    assert answering < 0.5
