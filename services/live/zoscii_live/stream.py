@@ -15,8 +15,9 @@ too. Messages over ``ZOSCII_LIVE_MAX_INLINE_BYTES`` travel as a notice (name, si
 the reader fetches, so no stream holds a message of a gigabyte.
 
 The WebSocket handshake and the frames a client sends are the websockets library's
-(sans-I/O ``ServerProtocol``: pings answered, close handshake); the frames sent here are
-built once per round (``replies.ws_message``: a server's frames are not masked).
+(sans-I/O: a ``ServerProtocol`` for the handshake, then an open ``Protocol`` for the
+frames: pings answered, close handshake); the frames sent here are built once per round
+(``replies.ws_message``: a server's frames are not masked).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import logging
 from typing import Any
 
 from websockets.http11 import Request as WsRequest
+from websockets.protocol import Protocol, Side
 from websockets.server import ServerProtocol
 
 from zoscii_live.follow import Follower, Hub, Item, Reader, first_after, read_items
@@ -91,6 +93,11 @@ class Subscriber(Reader):
         else:
             self.streams.disconnect(self, "error", "The stream failed; resume later.")
 
+    def closed(self) -> None:
+        """Its connection closed (``Connection.on_close``: a bound method, a third of a
+        closure's size)."""
+        self.streams.closed(self)
+
 
 def encode(kind: str, items: list[Item]) -> tuple[bytes, int]:
     """The events (or frames) of ``items`` and their message bytes."""
@@ -116,7 +123,7 @@ class WebSocket:
 
     __slots__ = ("conn", "protocol", "subscriber")
 
-    def __init__(self, conn: Connection, protocol: ServerProtocol) -> None:
+    def __init__(self, conn: Connection, protocol: Protocol) -> None:
         self.conn = conn
         self.protocol = protocol
         self.subscriber: Subscriber | None = None
@@ -177,7 +184,11 @@ class Streams:
             return False
         conn.streaming = True
         conn.kind = "websocket"
-        websocket = WebSocket(conn, protocol)
+        # The frames that follow are read by a protocol that starts open: the handshake's
+        # one keeps its request (every header, parsed) for as long as it lives, with
+        # its handshake state about 4.5 KiB of each reader. No extension or subprotocol
+        # is offered here, so nothing else was negotiated that the new one must know.
+        websocket = WebSocket(conn, Protocol(Side.SERVER, max_size=WS_MAX_INCOMING, logger=_QUIET))
         conn.websocket = websocket
         rest = request.extra.get("rest", b"")
         conn.keep_only_the_streams_part()
@@ -191,7 +202,7 @@ class Streams:
         follower = self.hub.follower(queue)
         subscriber = Subscriber(self, follower, conn, kind, after)
         self.subscribers.add(subscriber)
-        conn.on_close = lambda: self._closed(subscriber)
+        conn.on_close = subscriber.closed
         self.hub.spawn(self._catch_up(subscriber))
         return subscriber
 
@@ -274,10 +285,10 @@ class Streams:
                 "stopping": CLOSE_STOPPING,
             }.get(code, 1011)
             conn.write(ws_close(close_code, reason))
-        self._closed(subscriber)
+        self.closed(subscriber)
         conn.close()
 
-    def _closed(self, subscriber: Subscriber) -> None:
+    def closed(self, subscriber: Subscriber) -> None:
         self.subscribers.discard(subscriber)
         self.hub.remove(subscriber.follower, subscriber)
 

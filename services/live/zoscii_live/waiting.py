@@ -198,6 +198,7 @@ class Fetcher:
         waiter.timer = conn.loop.call_later(wait, waiter.expire)
         conn.on_close = waiter.leave
         conn.kind = "longpoll"
+        conn.keep_only_the_answers_part()  # the waiter has its pointer and ask
 
     async def _from_disk(self, conn: Connection, queue: str, after: str, ask: FetchAsk) -> bool:
         """Answer from what is on disk now; False when nothing is after ``after``."""
@@ -393,6 +394,7 @@ class GroupWork:
         waiter.timer = conn.loop.call_later(wait, waiter.expire)
         conn.on_close = waiter.leave
         conn.kind = "consume"
+        conn.keep_only_the_answers_part()  # the waiter has its ask
         if follower.cursor is None:
             self.hub.spawn(self._warm(follower))
 
