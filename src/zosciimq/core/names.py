@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from zosciimq.errors import InvalidInput
 
@@ -263,9 +263,17 @@ def clean_pointer(raw: str | None) -> str:
     if raw is None or raw == "":
         return ""
     try:
-        return str(parse_name(raw))
+        return _clean_name(raw)
     except InvalidInput:
         raise InvalidInput(f"Invalid pointer '{_shorten(raw)}': expected a message name.") from None
+
+
+@lru_cache(maxsize=1024)
+def _clean_name(raw: str) -> str:
+    """Remembered: a queue's readers ask after the same few names (10,000 long-polls
+    that were all answered the same message ask again after it), and parsing one
+    costs more than the rest of a parked request's dispatch (a date is built)."""
+    return str(parse_name(raw))
 
 
 def _shorten(value: object, limit: int = 100) -> str:
