@@ -16,6 +16,7 @@ protocol (``stream.WebSocket``); bodies are not taken (every request here is a G
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -68,8 +69,6 @@ class Connection(asyncio.Protocol):
         "_building",
         "_drained",
         "_header_bytes",
-        "_header_timer",
-        "_idle_timer",
         "_parser",
         "_paused",
         "_queued",
@@ -77,6 +76,8 @@ class Connection(asyncio.Protocol):
         "app",
         "busy",
         "closed",
+        "due",
+        "due_head",
         "kind",
         "loop",
         "on_close",
@@ -109,8 +110,12 @@ class Connection(asyncio.Protocol):
         self.kind = "http"  # what the connection is doing, for metrics: http, sse, ...
         self.on_close: Callable[[], None] | None = None  # a waiter's or stream's clean-up
         self.websocket: WebSocket | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
-        self._header_timer: asyncio.TimerHandle | None = None
+        # When the connection is cut unless something happens (loop time; 0: never), and
+        # whether that is the request head's deadline (else the keep-alive idle one).
+        # ConnectionLimits sweeps them each second: a timer per request, armed and
+        # cancelled on every long-poll, cost more than the rest of its dispatch.
+        self.due = 0.0
+        self.due_head = False
         self._paused = False
         self._drained: asyncio.Future[None] | None = None
 
@@ -159,9 +164,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._cancel_idle()
-        if self._header_timer is not None:
-            self._header_timer.cancel()
+        self.due, self.due_head = 0.0, False
         self._queued.clear()
         self._wake_drained()
         callback, self.on_close = self.on_close, None
@@ -193,10 +196,8 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._building = {}
         self._header_bytes = 0
-        if self._header_timer is None:
-            self._header_timer = self.loop.call_later(
-                self.server.header_timeout, self._head_too_slow
-            )
+        if not self.due_head:
+            self.due, self.due_head = self.loop.time() + self.server.header_timeout, True
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -211,9 +212,8 @@ class Connection(asyncio.Protocol):
             self._building[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        if self.due_head:
+            self.due, self.due_head = 0.0, False
         parser = self._parser
         assert parser is not None  # the parser is what calls this
         try:
@@ -455,18 +455,22 @@ class Connection(asyncio.Protocol):
             )
         self.close()
 
-    def _head_too_slow(self) -> None:
-        self._header_timer = None
-        self._refuse(408, "Request head not received in time.")
+    def expire(self) -> None:
+        """Its deadline passed (``ConnectionLimits.sweep``): a request head that did not
+        arrive in time is refused, an idle keep-alive connection closed."""
+        head, self.due, self.due_head = self.due_head, 0.0, False
+        if head:
+            self._refuse(408, "Request head not received in time.")
+        else:
+            self.close()
 
     def _arm_idle(self) -> None:
-        self._cancel_idle()
-        self._idle_timer = self.loop.call_later(self.server.idle_timeout, self.close)
+        if not self.due_head:  # a head on its way keeps its own, shorter, deadline
+            self.due = self.loop.time() + self.server.idle_timeout
 
     def _cancel_idle(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        if not self.due_head:
+            self.due = 0.0
 
 
 class _TooLarge(Exception):
@@ -474,7 +478,9 @@ class _TooLarge(Exception):
 
 
 class ConnectionLimits:
-    """Open connections and the timeouts every connection applies."""
+    """Open connections and the timeouts every connection applies: one sweep a second
+    (at most a quarter of the shorter timeout) over the open connections cuts those past
+    their deadline (``Connection.due``), so a timeout fires up to that much late."""
 
     def __init__(
         self,
@@ -488,29 +494,59 @@ class ConnectionLimits:
         self.idle_timeout = idle_timeout
         self.on_refused = on_refused
         self.open: set[Connection] = set()
+        self.sweep_every = min(1.0, header_timeout / 4, idle_timeout / 4)
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def admit(self, conn: Connection) -> bool:
         if len(self.open) >= self.max_connections:
             self.on_refused()
             return False
         self.open.add(conn)
+        if self._sweeper is None:
+            self._sweeper = conn.loop.call_later(self.sweep_every, self.sweep, conn.loop)
         return True
+
+    def sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Expire the connections past their deadline; again in ``sweep_every`` while
+        any is open (10,000 connections: under a millisecond)."""
+        now = loop.time()
+        for conn in [c for c in self.open if 0 < c.due <= now]:
+            conn.expire()
+        self._sweeper = loop.call_later(self.sweep_every, self.sweep, loop) if self.open else None
 
     def release(self, conn: Connection) -> None:
         self.open.discard(conn)
 
 
 def parse_query(raw: bytes) -> dict[str, bytes]:
-    """The query string, percent-decoded to bytes; a repeated name: the last (as PHP)."""
-    fields: dict[str, bytes] = {}
+    """The query string, percent-decoded to bytes; a repeated name: the last (as PHP).
+
+    A short one is remembered: a queue's waiting readers ask again with the same query
+    (its ``after`` the name all of them were just answered), ten thousand times a round.
+    One with a credential (``access_token``) is not kept."""
     if not raw:
-        return fields
+        return {}
+    if len(raw) <= MAX_REMEMBERED_QUERY and b"access_token" not in raw:
+        return dict(_remembered_query(raw))
+    return dict(_pairs(raw))
+
+
+MAX_REMEMBERED_QUERY = 256
+
+
+@functools.lru_cache(maxsize=256)
+def _remembered_query(raw: bytes) -> tuple[tuple[str, bytes], ...]:
+    return _pairs(raw)
+
+
+def _pairs(raw: bytes) -> tuple[tuple[str, bytes], ...]:
+    pairs = []
     for pair in raw.split(b"&"):
         if not pair:
             continue
         key, _, value = pair.partition(b"=")
-        fields[_decode(key).decode("latin-1")] = _decode(value)
-    return fields
+        pairs.append((_decode(key).decode("latin-1"), _decode(value)))
+    return tuple(pairs)
 
 
 def _decode(raw: bytes) -> bytes:
