@@ -53,7 +53,15 @@ EVERY_SERVER = {
 }
 
 FLASK_FLOOR = "Flask floor"
-FLOOR_APPS = {RAW_FLOOR: "bench.floor_app:raw_app", FLASK_FLOOR: "bench.floor_app:app"}
+RAW_ASGI_FLOOR = "raw ASGI floor"
+RAW_ASGI_APP = "bench.floor_app:raw_asgi_app"
+# The raw ASGI app runs under gunicorn's asgi worker, as ``ZOSCII_API_SERVER=loop`` does:
+# the least the loop server can do per request.
+FLOOR_APPS = {
+    RAW_FLOOR: "bench.floor_app:raw_app",
+    RAW_ASGI_FLOOR: RAW_ASGI_APP,
+    FLASK_FLOOR: "bench.floor_app:app",
+}
 # Publishing only: the core's commit under the same server, without the endpoint; and
 # the same commit on an event loop (gunicorn's asgi worker), its requests gathered.
 CORE_FLOOR = "core commit"
@@ -212,7 +220,7 @@ def contenders(
                 threads=ctx.threads,
                 app=app,
                 env=env,
-                worker_class=ASGI_WORKER if app == CORE_LOOP_APP else None,
+                worker_class=ASGI_WORKER if app in (CORE_LOOP_APP, RAW_ASGI_APP) else None,
             )
             floors[target] = floor.start()
             stack.callback(floor.stop)

@@ -6,7 +6,9 @@ own; what they cost is gunicorn and the loopback, plus Flask for ``app``:
 
 * ``app``: a Flask app, as the api was before its publish path was mounted before
   Flask; the floor of anything routed through Flask;
-* ``raw_app``: a bare WSGI callable, the floor of any Python app under this server.
+* ``raw_app``: a bare WSGI callable, the floor of any Python app under this server;
+* ``raw_asgi_app``: the same as an ASGI app under gunicorn's ``asgi`` worker, the floor
+  of the loop server (``ZOSCII_API_SERVER=loop``).
 
     gunicorn --worker-class zoscii_api.gunicorn_worker.ThreadWorker ... 'bench.floor_app:raw_app'
 
@@ -42,6 +44,9 @@ from zosciimq.service.stores import open_stores
 
 ENVELOPE = envelope_bytes("", "ok", [])
 HEADERS = [("Content-Type", "application/json"), ("Content-Length", str(len(ENVELOPE)))]
+ASGI_HEADERS = [(name.lower().encode(), value.encode()) for name, value in HEADERS]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 app = Flask(__name__)
 
@@ -58,6 +63,20 @@ def raw_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iter
     environ["wsgi.input"].read()
     start_response("200 OK", HEADERS)
     return [ENVELOPE]
+
+
+async def raw_asgi_app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    """``raw_app`` as an ASGI app, for gunicorn's asgi worker (the loop server's floor)."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    await send({"type": "http.response.start", "status": 200, "headers": ASGI_HEADERS})
+    await send({"type": "http.response.body", "body": ENVELOPE})
 
 
 PUBLISHED = envelope_bytes("", "Message published.", [])
@@ -90,10 +109,6 @@ def publish_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> 
         upload.discard()
     start_response("200 OK", PUBLISHED_HEADERS)
     return [PUBLISHED]
-
-
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 @functools.cache

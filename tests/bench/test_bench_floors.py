@@ -12,7 +12,13 @@ import requests
 from werkzeug.test import Client
 
 from bench import floor_app
-from bench.contenders import ASGI_WORKER, CORE_LOOP_APP, FLOOR_APPS, FloorServer
+from bench.contenders import (
+    ASGI_WORKER,
+    CORE_LOOP_APP,
+    FLOOR_APPS,
+    RAW_ASGI_FLOOR,
+    FloorServer,
+)
 from bench.floor_app import ENVELOPE, app, raw_app
 from bench.report import RAW_FLOOR
 from tests.support.queues import queue_contents
@@ -140,5 +146,22 @@ def test_the_raw_floor_reads_the_whole_body(tmp_path: Path) -> None:
             for _ in range(3):
                 reply = session.post(floor.url, data=BODY, timeout=10)
                 assert reply.status_code == 200 and reply.content == ENVELOPE
+    finally:
+        floor.stop()
+
+
+@pytest.mark.slow  # a gunicorn of its own
+def test_the_raw_asgi_floor_reads_the_whole_body(tmp_path: Path) -> None:
+    """The loop server's floor, under gunicorn's asgi worker: it too must read each
+    body to its end for the next request on the connection to be answered."""
+    floor = FloorServer(
+        tmp_path, workers=1, threads=1, app=FLOOR_APPS[RAW_ASGI_FLOOR], worker_class=ASGI_WORKER
+    ).start()
+    try:
+        with requests.Session() as session:
+            for _ in range(3):
+                reply = session.post(floor.url, data=BODY, timeout=10)
+                assert reply.status_code == 200 and reply.content == ENVELOPE
+                assert reply.headers["Content-Type"] == "application/json"
     finally:
         floor.stop()
