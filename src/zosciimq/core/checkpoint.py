@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 IDLE_ROUNDS = 20  # rounds with nothing to do before a thread ends (the next use starts it)
 
 
+CHECKPOINT_THREAD = "zoscii-checkpoint"  # the background checkpoint's thread name
+
+
 class Mode(StrEnum):
     SYNC = "sync"
     INTERVAL = "interval"
@@ -177,7 +180,7 @@ class Checkpointer:
         self.volume = list(volume)
         self._mutex = threading.Lock()
         self._due: dict[str, tuple[object, Advance]] = {}
-        self._rounds = _Rounds("zoscii-checkpoint", seconds, self.run)
+        self._rounds = _Rounds(CHECKPOINT_THREAD, seconds, self.run)
 
     def note(self, key: str, position: object, advance: Advance) -> None:
         """After a commit (its lock still held, so everything before ``position`` is
