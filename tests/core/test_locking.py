@@ -135,3 +135,31 @@ def test_idle_locks_are_closed_so_the_volume_can_be_remounted(tmp_path: Path, mo
     held.release()
     with FileLock(tmp_path / "used.lock"):  # reopened on next use
         assert table.open_descriptors() >= 1
+
+
+def test_a_child_forked_while_a_thread_holds_the_table_takes_locks(tmp_path: Path) -> None:
+    """Only the forking thread survives a fork: a child must not inherit the lock table's
+    mutex held by another thread (the idle closer), or its first lock waits for ever."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_table() -> None:
+        with locking._TABLE._mutex:
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_table)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        context = multiprocessing.get_context("fork")
+        child = context.Process(
+            target=_count_in_lock, args=(str(tmp_path / "q.lock"), str(tmp_path / "n"), 1)
+        )
+        (tmp_path / "n").write_text("0")
+        child.start()
+        child.join(20)
+        assert child.exitcode == 0, "the child hung on the parent's table"
+    finally:
+        release.set()
+        holder.join(10)
+    assert (tmp_path / "n").read_text() == "1"

@@ -180,6 +180,17 @@ def _close(lock: _ProcessLock) -> None:
 _TABLE = _LockTable()
 
 
+def _fresh_table_in_child() -> None:
+    """A forked child starts with a table of its own: only the forking thread survives a
+    fork, so a mutex another thread (the idle closer) held at that moment would stay held
+    for ever (a child that hung in CI), and the POSIX locks held were the parent's."""
+    global _TABLE
+    _TABLE = _LockTable(keep=_TABLE.keep, idle_seconds=_TABLE.idle_seconds)
+
+
+os.register_at_fork(after_in_child=_fresh_table_in_child)
+
+
 class FileLock:
     """One exclusive lock on ``path``. An instance may be shared by threads (a queue's
     cached handle is): the thread lock behind it serialises them."""
