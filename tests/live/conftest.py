@@ -11,17 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.live_process import LiveProcess
-from zosciimq.core import DataDir
+from tests.support.live_process import LiveProcess, live_service
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveProcess]:
     """One service for a module's tests (each uses queues of its own)."""
-    data = tmp_path_factory.mktemp("live-data")
-    DataDir(data).ensure()
-    process = LiveProcess(data).start()
-    try:
-        yield process
-    finally:
-        process.kill()
+    yield from live_service(tmp_path_factory)

@@ -23,7 +23,8 @@ from zoscii_live.http import Connection
 from zoscii_live.metrics import LiveMetrics
 from zoscii_live.settings import LiveSettings
 
-from zosciimq.core import DataDir, QueueStore, Upload
+from tests.support.queues import publish_body
+from zosciimq.core import DataDir, QueueStore
 
 ORIGIN = "https://example.org"
 
@@ -34,9 +35,7 @@ class Live:
         self.store = QueueStore(DataDir(data), default_retention_days=1)
 
     def publish(self, queue: str, content: bytes) -> str:
-        upload = Upload(DataDir(self.data), 1 << 20)
-        upload.write(content)
-        name = self.store.publish(queue, upload, retention_days=1).name
+        name = publish_body(self.store, queue, content).name
         assert name is not None
         return name
 

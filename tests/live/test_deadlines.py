@@ -11,8 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.live_process import LiveProcess
-from zosciimq.core import DataDir
+from tests.support.live_process import LiveProcess, live_service
 
 HEAD_SECONDS, IDLE_SECONDS = 1, 2
 SWEEP = 0.25  # a quarter of the shorter timeout: a deadline fires at most this late
@@ -20,17 +19,11 @@ SWEEP = 0.25  # a quarter of the shorter timeout: a deadline fires at most this 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveProcess]:
-    data = tmp_path_factory.mktemp("live-deadlines")
-    DataDir(data).ensure()
-    process = LiveProcess(
-        data,
+    yield from live_service(
+        tmp_path_factory,
         ZOSCII_HEADER_TIMEOUT_SECONDS=str(HEAD_SECONDS),
         ZOSCII_LIVE_IDLE_TIMEOUT_SECONDS=str(IDLE_SECONDS),
-    ).start()
-    try:
-        yield process
-    finally:
-        process.kill()
+    )
 
 
 def connect(live: LiveProcess) -> socket.socket:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support.service_process import ServiceProcess
 from zosciimq.core import DataDir, QueueStore, Upload
@@ -62,3 +65,17 @@ class LiveProcess(ServiceProcess):
             assert result.name is not None
             names.append(result.name)
         return names
+
+
+def live_service(
+    tmp_path_factory: pytest.TempPathFactory, **settings: str
+) -> Iterator[LiveProcess]:
+    """A service on a data directory of its own, with ``settings`` (environment
+    variables), killed after the tests that use it: a module fixture's body."""
+    data = tmp_path_factory.mktemp("live-data")
+    DataDir(data).ensure()
+    process = LiveProcess(data, **settings).start()
+    try:
+        yield process
+    finally:
+        process.kill()
