@@ -20,6 +20,7 @@ from zoscii_api.asgi import FAST_BODY_BYTES
 from zosciimq.protocol import FRAME_END, FRAMED_BATCH, frame_head
 
 RAW = {"Content-Type": "application/octet-stream"}
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 BINARY = bytes(range(256)) * 4
 LARGE = os.urandom(FAST_BODY_BYTES + 12345)  # read by a thread, as it arrives
 
@@ -58,6 +59,34 @@ REQUESTS: list[tuple[str, str, dict[str, str], Any, dict[str, str]]] = [
     ("PUT", "", {"action": "publish", "q": "a"}, b"x", RAW),
     ("GET", "", {"action": "scan"}, None, {}),
     ("GET", "healthz", {}, None, {}),
+    # Forms, parsed whole on the loop: a form's field overrides the URL's, as PHP's
+    # $_REQUEST; the limits are the streaming parser's (ZOSCII_MAX_FIELD_BYTES=1024 here).
+    ("POST", "", {"q": "a"}, {"action": "publish", "q": "c", "msg": "form's queue"}, {}),
+    ("POST", "", {"action": "publish", "q": "c", "msg": "url's"}, {"msg": "form's msg"}, {}),
+    ("POST", "", {}, {"action": "publish", "q": "c", "msg": "", "r": "7", "ttl": "3600"}, {}),
+    ("POST", "", {}, {"action": "publish", "q": "c", "msg": "n3", "n": "nonce-3"}, {}),
+    ("POST", "", {}, {"action": "publish", "q": "c", "msg": "n3 again", "n": "nonce-3"}, {}),
+    ("POST", "", {}, {"action": "publish", "q": "c", "batch": "1", "msg": "a batch"}, {}),
+    ("POST", "", {}, {"action": "publish", "q": "c", "msg": "x", "ttl": "soon"}, {}),
+    ("POST", "", {}, {"action": "publish", "q": "c", "msg": "x", "pad": "p" * 1025}, {}),
+    (
+        "POST",
+        "",
+        {},
+        {
+            "action": "publish",
+            "q": "c",
+            "msg": "x",
+            "a": "p" * 1000,
+            "b": "p" * 1000,
+            "d": "p" * 1000,
+        },
+        {},
+    ),
+    ("POST", "", {}, b"action=publish&q=c&m%FFx=1&msg=x", FORM),
+    ("POST", "", {}, b"action=publish&q=c&msg=%zz%4", FORM),
+    ("POST", "", {}, {"action": "publish", "q": "c"}, {"X-Request-ID": "mine-1"}),
+    ("POST", "", {}, {"action": "fetch", "q": "c"}, {}),
 ]
 
 
@@ -70,7 +99,8 @@ def answer(url: str, request: tuple[str, str, dict[str, str], Any, dict[str, str
         return reply.status_code, kind, reply.headers.get("Content-Length"), reply.content
     if kind.startswith("application/json") and path != "healthz":
         envelope = reply.json()
-        return reply.status_code, envelope["error"], envelope["message"], _shape(envelope)
+        mine = reply.headers["X-Request-ID"] if "X-Request-ID" in headers else None
+        return reply.status_code, envelope["error"], envelope["message"], _shape(envelope), mine
     return reply.status_code, kind, reply.content
 
 
@@ -87,7 +117,9 @@ def read_back(url: str, queue: str) -> list[bytes]:
 @pytest.fixture
 def both(tmp_path: Path) -> Iterator[dict[str, ApiServer]]:
     servers = {
-        kind: ApiServer(tmp_path / kind, env={"ZOSCII_API_SERVER": kind}).start()
+        kind: ApiServer(
+            tmp_path / kind, env={"ZOSCII_API_SERVER": kind, "ZOSCII_MAX_FIELD_BYTES": "1024"}
+        ).start()
         for kind in ("threads", "loop")
     }
     try:
@@ -107,6 +139,14 @@ def test_the_loop_answers_every_request_as_gthread_does(both: dict[str, ApiServe
     for server in both.values():
         assert read_back(server.url, "a") == published
         assert read_back(server.url, "b") == [b"one", b"two", BINARY]
+        assert read_back(server.url, "c") == [
+            b"form's queue",
+            b"form's msg",
+            b"",
+            b"n3",
+            b"a batch",
+            b"%zz%4",
+        ]
     for data_dir in (server.data_dir for server in both.values()):
         assert list((data_dir / "queues" / "temp").iterdir()) == []
 
@@ -185,9 +225,21 @@ def test_a_body_cut_short_by_the_client_publishes_nothing(
         server.stop()
 
 
-def test_a_publish_needs_no_thread_on_the_loop(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("params", "data", "headers"),
+    [
+        ({"action": "publish", "q": "quick", "msg": "m"}, None, {}),
+        ({}, {"action": "publish", "q": "quick", "msg": "m"}, {}),
+        ({"action": "publish", "q": "quick"}, b"m", RAW),
+    ],
+    ids=["url", "form", "raw-body"],
+)
+def test_a_publish_needs_no_thread_on_the_loop(
+    tmp_path: Path, params: dict[str, str], data: Any, headers: dict[str, str]
+) -> None:
     """One request thread, held by an upload that has not finished arriving (a chunked
-    body is read by a thread): a publish is still answered, from the loop."""
+    body is read by a thread): a publish of any of the three kinds is still answered,
+    from the loop."""
     server = ApiServer(
         tmp_path / "data", workers=1, threads=1, env={"ZOSCII_API_SERVER": "loop"}
     ).start()
@@ -199,9 +251,7 @@ def test_a_publish_needs_no_thread_on_the_loop(tmp_path: Path) -> None:
                 b"5\r\nfirst\r\n"
             )
             time.sleep(0.3)  # its thread now waits for the rest of the body
-            reply = requests.get(
-                server.url, params={"action": "publish", "q": "quick", "msg": "m"}, timeout=5
-            )
+            reply = requests.post(server.url, params=params, data=data, headers=headers, timeout=5)
             assert reply.json()["message"] == "Message published."
             held.sendall(b"7\r\n second\r\n0\r\n\r\n")  # the held upload ends: answered too
             assert held.recv(65536).startswith(b"HTTP/1.1 200")

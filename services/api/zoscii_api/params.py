@@ -278,19 +278,15 @@ def query_fields(query: bytes, limit: int) -> dict[str, bytes]:
     return fields
 
 
-def field_of(data: bytes, name: str) -> bytes | None:
-    """The value of ``name`` in ``a=1&b=2`` bytes (the last one, as ``query_fields``
-    keeps), decoding no other value: a look at a request before it is parsed. None when
-    absent, or when a name cannot be decoded (the parse that follows says why)."""
-    found = None
-    for pair in data.split(b"&"):
-        key, _, value = pair.partition(b"=")
-        try:
-            if len(key) <= MAX_KEY_BYTES and _key_name(key) == name:
-                found = value
-        except InvalidInput:
-            return None
-    return None if found is None else unquote_plus_bytes(found)
+def form_fields(body: bytes, limit: int) -> dict[str, bytes]:
+    """A small urlencoded body's parameters, ``msg`` among them, decoded whole: the one
+    parse of a publish on the event loop (``Endpoint.publish``), with the streaming
+    decoder's limits (each field ``limit`` bytes, all but ``msg`` together twice that)."""
+    fields = query_fields(body, limit)
+    budget = FIELDS_PER_LIMIT * limit
+    if sum(len(value) for name, value in fields.items() if name != MSG) > budget:
+        raise InvalidInput(f"The parameters other than 'msg' are longer than {budget} bytes.")
+    return fields
 
 
 class UrlencodedDecoder:
