@@ -156,13 +156,13 @@ class Endpoint:
         self, environ: dict[str, Any], body: bytes, gathered: Gathered
     ) -> Answer | None:
         """The answer to a publish of one message whose whole body an event loop has read
-        (``body``: a small urlencoded form, or none): its messages are committed with the
-        others ``gathered`` meanwhile, and no thread waits for it. None when the request
-        is anything else, told by a parse with no effect (nothing counted, nothing
-        written): the caller serves it as WSGI, in a thread.
+        (``body``: a small urlencoded form, a raw message, or none): it is committed with
+        the others ``gathered`` meanwhile, and no thread waits for it. None when the
+        request is anything else, told by a parse with no effect (nothing counted,
+        nothing written): the caller serves it as WSGI, in a thread.
 
-        The same checks as ``_prepare``'s, in the same order, on a form decoded once and
-        whole: every field is known before the message is written, so none of the
+        The same checks as ``_prepare``'s, in the same order, on parameters decoded once
+        and whole: every field is known before the message is written, so none of the
         streaming parser's steps (``before_message``, the size check before the body)
         has anything left to decide.
         """

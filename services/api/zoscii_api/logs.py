@@ -123,6 +123,6 @@ def _record(log: logging.Logger, fields: dict[str, Any]) -> logging.LogRecord:
     attributes.update(template)
     attributes.update(fields)  # as extra= sets them
     record.created = created = time.time()
-    record.msecs = (created - int(created)) * 1000
+    record.msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord does
     record.args = fields  # as LogRecord keeps a lone mapping argument
     return record
