@@ -10,7 +10,8 @@ without the threads that sleep in ``accept``, ``poll`` or a lock. Prints the top
 functions inclusive (on the stack) and self (running), as shares of the samples.
 
     .venv/bin/python -m bench.profile_publish [--durability sync|interval] [--seconds 10]
-                                              [--clients 8] [--top 25] [--data-dir DIR]
+                                              [--server threads|loop] [--clients 8]
+                                              [--top 25] [--data-dir DIR]
 
 ``--data-dir``: where the api's data directory goes (the disk measured; default $TMPDIR).
 """
@@ -81,6 +82,12 @@ def main() -> int:
         default="sync",
         help="the api's ZOSCII_DURABILITY (default sync)",
     )
+    parser.add_argument(
+        "--server",
+        choices=("threads", "loop"),
+        default="threads",
+        help="the api's ZOSCII_API_SERVER (default threads)",
+    )
     parser.add_argument("--data-dir", type=Path, help="parent of the api's data directory")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -89,9 +96,8 @@ def main() -> int:
         return 1
     with tempfile.TemporaryDirectory(prefix="zoscii-profile-", dir=args.data_dir) as tmp:
         work = Path(tmp)
-        api = ApiServer(
-            work / "data", workers=1, threads=args.threads, env={DURABILITY: args.durability}
-        ).start()
+        env = {DURABILITY: args.durability, "ZOSCII_API_SERVER": args.server}
+        api = ApiServer(work / "data", workers=1, threads=args.threads, env=env).start()
         try:
             (pid,) = api.worker_pids()
             raw = work / "profile.txt"
@@ -103,8 +109,9 @@ def main() -> int:
             )
             time.sleep(1)  # attached before the load starts
             print(
-                f"profiling worker {pid} ({args.threads} threads), ZOSCII_DURABILITY="
-                f"{args.durability}: {load.generator()}, {args.clients} clients, one queue, "
+                f"profiling worker {pid} ({args.server}, {args.threads} threads), "
+                f"ZOSCII_DURABILITY={args.durability}: {load.generator()}, "
+                f"{args.clients} clients, one queue, "
                 f"data in {work} ({file_system_of(work) or 'file system unknown'})"
             )
             request = load.Request("POST", "/", publish_form("profile"), FORM)

@@ -113,37 +113,3 @@ def test_the_access_line_names_the_client_behind_a_trusted_proxy(
     logger.access(SimpleNamespace(status="200 OK", sent=3), None, environ, timedelta(0))
     assert [line.client for line in lines] == [logged]  # type: ignore[attr-defined]
     assert lines[0].getMessage().startswith(f'{logged} "GET /"')
-
-
-def test_each_access_line_has_its_own_time_and_fields(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Access records are copied from one made once per process (``logs._record``):
-    the time and the request's fields are each line's own, never the first line's."""
-    from zoscii_api.context import KEY, RequestContext
-    from zosciimq.addresses import ClientAddress
-    from zosciimq.service.logs import TextFormatter
-
-    records: list[logging.LogRecord] = []
-    log = logging.getLogger("test.access.copies")
-    log.propagate = False
-    log.setLevel(logging.INFO)
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
-    log.addHandler(handler)
-    clock = iter([1_800_000_000.25, 1_800_000_061.5])
-    monkeypatch.setattr(logs, "time", SimpleNamespace(time=lambda: next(clock)))
-    for request_id, queue in (("first", "q1"), ("second", "q2")):
-        environ = {
-            "REMOTE_ADDR": "10.0.0.7",
-            "REQUEST_METHOD": "POST",
-            "PATH_INFO": "/",
-            KEY: RequestContext(request_id, action="publish", queue=queue),
-        }
-        logs.write_access(log, ClientAddress(()), environ, 200, 93, 0.0012)
-    lines = [TextFormatter("api").format(record) for record in records]
-    assert lines == [
-        '2027-01-15T08:00:00.250Z INFO api test.access.copies: 10.0.0.7 "POST /" publish q1'
-        " 200 93 1.2ms first",
-        '2027-01-15T08:01:01.500Z INFO api test.access.copies: 10.0.0.7 "POST /" publish q2'
-        " 200 93 1.2ms second",
-    ]
-    assert [record.msecs for record in records] == [250.0, 500.0]

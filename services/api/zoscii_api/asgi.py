@@ -69,7 +69,15 @@ class BodyReader:
 
     async def chunk(self) -> bytes:
         while self.more:
-            message = await self._receive()
+            due = body_due(
+                self.started, self.received, timeout=self.timeout, min_rate=self.min_rate
+            )
+            try:
+                async with asyncio.timeout(max(due - time.monotonic(), 0.0)):  # no task a read
+                    message = await self.receive()
+            except TimeoutError:
+                self.more = False
+                raise body_too_slow(self.timeout, self.min_rate) from None
             if message["type"] != "http.request":  # http.disconnect: the client left
                 self.more = False
                 raise ClientLeft(
@@ -82,36 +90,11 @@ class BodyReader:
                 return body
         return b""
 
-    async def _receive(self) -> Message:
-        """The next ASGI message, cancelled at the body's deadline by a timer: one
-        ``call_later`` (about 1 us with few pending) where ``asyncio.timeout`` cost a
-        publish 10 us of its 300."""
-        loop = asyncio.get_running_loop()
-        due = body_due(self.started, self.received, timeout=self.timeout, min_rate=self.min_rate)
-        task = asyncio.current_task()
-        assert task is not None
-        expired: list[bool] = []
-        timer = loop.call_later(max(due - time.monotonic(), 0.0), _expire, task, expired)
-        try:
-            return await self.receive()
-        except asyncio.CancelledError:
-            if not expired or task.uncancel() > 0:
-                raise  # cancelled by someone else (a shutdown): theirs
-            self.more = False
-            raise body_too_slow(self.timeout, self.min_rate) from None
-        finally:
-            timer.cancel()
-
     async def read_all(self) -> bytes:
         chunks = []
         while chunk := await self.chunk():
             chunks.append(chunk)
         return b"".join(chunks)
-
-
-def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
-    expired.append(True)
-    task.cancel()
 
 
 class ThreadBody(io.RawIOBase):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -101,28 +100,9 @@ def write_access(
     try:
         # Made here rather than by log.info(): that walks the stack for the caller's
         # file and line on every request, which an access line never shows.
-        log.handle(_record(log, fields))
+        record = log.makeRecord(
+            log.name, logging.INFO, __file__, 0, ACCESS_LINE, (fields,), None, extra=fields
+        )
+        log.handle(record)
     except Exception:
         log.exception("cannot write the access log")
-
-
-_TEMPLATES: dict[tuple[str, int], dict[str, Any]] = {}  # by (logger, process)
-
-
-def _record(log: logging.Logger, fields: dict[str, Any]) -> logging.LogRecord:
-    """An access line's record, copied from one made once per process: ``makeRecord``
-    looks up the thread, the process and the source file of every line, a fifth of a
-    loop publish's CPU (measured), and no access line shows them."""
-    key = (log.name, os.getpid())  # a forked worker makes its own
-    template = _TEMPLATES.get(key)
-    if template is None:
-        template = vars(log.makeRecord(log.name, logging.INFO, __file__, 0, ACCESS_LINE, (), None))
-        _TEMPLATES[key] = template
-    record = logging.LogRecord.__new__(logging.LogRecord)
-    attributes = record.__dict__
-    attributes.update(template)
-    attributes.update(fields)  # as extra= sets them
-    record.created = created = time.time()
-    record.msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord does
-    record.args = fields  # as LogRecord keeps a lone mapping argument
-    return record
