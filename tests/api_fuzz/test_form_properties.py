@@ -3,6 +3,8 @@
 * ``UrlencodedDecoder`` fed in arbitrary chunk splits gives what
   ``urllib.parse.parse_qsl(..., encoding="latin-1")`` gives, as bytes (the original
   replicator sends binary messages urlencoded, so one changed byte is a corrupt message).
+* ``form_fields`` (a publish's one parse on the event loop) gives what the streaming
+  decoder gives and refuses what it refuses (a field too long, the fields together).
 * ``parse_multipart`` keeps ``msg`` byte-exact, as a field or a file, whatever the
   boundary and however the body arrives in pieces.
 * ``read_frames`` (the framed batch body) keeps every message byte-exact with its own
@@ -33,6 +35,7 @@ from zoscii_api.params import (
     RequestParams,
     UrlencodedDecoder,
     decode_urlencoded,
+    form_fields,
     parse_multipart,
     read_params,
     unquote_plus_bytes,
@@ -146,6 +149,36 @@ def test_whole_body_decoding_equals_parse_qsl(layout: DataDir, segments: list[st
         assert _decoded(params) == _expected_urlencoded(body)
     finally:
         params.close()
+
+
+@PROPERTY_SETTINGS
+@given(segments=st.lists(_SEGMENT, max_size=8), limit=st.sampled_from([2, 6, FIELD_LIMIT]))
+@example(segments=["n=ab", "n=ab", "n=ab"], limit=2)  # a repeated field counts each time
+@example(segments=["n=ab", "r=ab", "q=a", "msg=abcdef"], limit=2)  # msg is not counted
+@example(segments=["n=abc"], limit=2)
+def test_the_loops_one_parse_equals_the_stream_decoder(
+    layout: DataDir, segments: list[str], limit: int
+) -> None:
+    """``form_fields`` (a publish's one parse on the event loop) gives every parameter,
+    ``msg`` among them, as the streaming decoder does, and refuses what it refuses with
+    the same words: a field over ``limit``, the fields over twice that together."""
+    body = "&".join(segments).encode("ascii")
+    assume("batch" not in _expected_urlencoded(body.decode()))  # a batch: never this path
+    params = RequestParams()
+    collector = ParamCollector(params, lambda: Upload(layout), limit)
+    try:
+        try:
+            decode_urlencoded(body, collector)
+            streamed: dict[str, bytes] | str = _decoded(params)
+        except InvalidInput as exc:
+            streamed = str(exc)
+    finally:
+        params.close()
+    try:
+        whole: dict[str, bytes] | str = form_fields(body, limit)
+    except InvalidInput as exc:
+        whole = str(exc)
+    assert whole == streamed
 
 
 @PROPERTY_SETTINGS

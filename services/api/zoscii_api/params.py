@@ -262,9 +262,12 @@ def decode_urlencoded(data: bytes, collector: ParamCollector) -> None:
         collector.close()
 
 
-def query_fields(query: bytes, limit: int) -> dict[str, bytes]:
-    """The query string's parameters as bytes (``msg`` too: a URL is at most 8 KB)."""
+def query_fields(query: bytes, limit: int, budget: int | None = None) -> dict[str, bytes]:
+    """The query string's parameters as bytes (``msg`` too: a URL is at most 8 KB).
+    ``budget``: what all the fields but ``msg`` may bring together, a repeated one each
+    time, as the streaming decoder counts them (``form_fields``)."""
     fields: dict[str, bytes] = {}
+    left = budget
     for pair in query.split(b"&"):
         key, _, value = pair.partition(b"=")
         if len(key) > MAX_KEY_BYTES:
@@ -272,8 +275,15 @@ def query_fields(query: bytes, limit: int) -> dict[str, bytes]:
         if key:
             value = unquote_plus_bytes(value)
             name = _key_name(key)
-            if len(value) > limit and name != MSG:
-                raise InvalidInput(f"Parameter '{name}' is longer than {limit} bytes.")
+            if name != MSG:
+                if len(value) > limit:
+                    raise InvalidInput(f"Parameter '{name}' is longer than {limit} bytes.")
+                if left is not None:
+                    left -= len(value)
+                    if left < 0:
+                        raise InvalidInput(
+                            f"The parameters other than 'msg' are longer than {budget} bytes."
+                        )
             fields[name] = value
     return fields
 
@@ -282,11 +292,7 @@ def form_fields(body: bytes, limit: int) -> dict[str, bytes]:
     """A small urlencoded body's parameters, ``msg`` among them, decoded whole: the one
     parse of a publish on the event loop (``Endpoint.publish``), with the streaming
     decoder's limits (each field ``limit`` bytes, all but ``msg`` together twice that)."""
-    fields = query_fields(body, limit)
-    budget = FIELDS_PER_LIMIT * limit
-    if sum(len(value) for name, value in fields.items() if name != MSG) > budget:
-        raise InvalidInput(f"The parameters other than 'msg' are longer than {budget} bytes.")
-    return fields
+    return query_fields(body, limit, FIELDS_PER_LIMIT * limit)
 
 
 class UrlencodedDecoder:
