@@ -85,6 +85,7 @@ REQUESTS: list[tuple[str, str, dict[str, str], Any, dict[str, str]]] = [
     ),
     ("POST", "", {}, b"action=publish&q=c&m%FFx=1&msg=x", FORM),
     ("POST", "", {}, b"action=publish&q=c&msg=%zz%4", FORM),
+    ("POST", "", {}, b"action=%70ublish&q=c&msg=escaped", FORM),  # the loop lets it go
     ("POST", "", {}, {"action": "publish", "q": "c"}, {"X-Request-ID": "mine-1"}),
     ("POST", "", {}, {"action": "fetch", "q": "c"}, {}),
 ]
@@ -146,6 +147,7 @@ def test_the_loop_answers_every_request_as_gthread_does(both: dict[str, ApiServe
             b"n3",
             b"a batch",
             b"%zz%4",
+            b"escaped",
         ]
     for data_dir in (server.data_dir for server in both.values()):
         assert list((data_dir / "queues" / "temp").iterdir()) == []

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.queues import publish_body
 from tests.support.service_process import ServiceProcess
-from zosciimq.core import DataDir, QueueStore, Upload
+from zosciimq.core import DataDir, QueueStore
 
 LISTENING = re.compile(r"live service on [^ ]+:(\d+) \(watch: (\w+)\)")
 
@@ -59,9 +60,7 @@ class LiveProcess(ServiceProcess):
     def publish(self, queue: str, *contents: bytes) -> list[str]:
         names = []
         for content in contents:
-            upload = Upload(DataDir(self.data_dir), 1 << 30)
-            upload.write(content)
-            result = self.store.publish(queue, upload, retention_days=1)
+            result = publish_body(self.store, queue, content)
             assert result.name is not None
             names.append(result.name)
         return names
