@@ -4,6 +4,7 @@ each caller's own outcome, the loop never blocked by a held lock, a caller that 
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,22 +14,49 @@ import pytest
 from tests.support.queues import queue_contents, uploads_of
 from zoscii_api.gather import Gathered
 from zosciimq.core import DataDir, QueueStore
+from zosciimq.core.group_commit import Steps
 from zosciimq.core.locking import FileLock
 from zosciimq.core.outgoing import Outgoing, PublishResult
+from zosciimq.core.wal import WriteAheadLog
 
 
 class Recorded(QueueStore):
-    """A QueueStore that records each ``publish_each``: its callers and its thread."""
+    """A QueueStore that records each commit's callers and the thread it started in
+    (``publish_steps``: on the loop, or in a thread by ``publish_each``)."""
 
     def __init__(self, data_dir: DataDir) -> None:
         super().__init__(data_dir)
         self.commits: list[tuple[int, str]] = []  # (callers, thread name)
 
-    def publish_each(
+    def publish_steps(
         self, queue: str, callers: Sequence[Sequence[Outgoing]]
-    ) -> list[list[PublishResult] | BaseException]:
+    ) -> Steps[list[list[PublishResult] | BaseException]]:
         self.commits.append((len(callers), threading.current_thread().name))
-        return super().publish_each(queue, callers)
+        return (yield from super().publish_steps(queue, callers))
+
+
+class Flushes:
+    """``WriteAheadLog.sync`` watched: the threads it ran in, and a gate it waits at."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, gate: bool = False) -> None:
+        self.threads: list[str] = []
+        self.started = threading.Event()
+        self.gate = threading.Event()
+        if not gate:
+            self.gate.set()
+        self.fail: OSError | None = None
+        real = WriteAheadLog.sync
+
+        def sync(wal: WriteAheadLog) -> None:
+            self.threads.append(threading.current_thread().name)
+            self.started.set()
+            assert self.gate.wait(10)
+            if self.fail is not None:
+                failure, self.fail = self.fail, None
+                raise failure
+            real(wal)
+
+        monkeypatch.setattr(WriteAheadLog, "sync", sync)
 
 
 @pytest.fixture
@@ -70,9 +98,11 @@ def test_publishes_that_arrive_together_share_a_commit_in_arrival_order(store: R
     assert list(store.data_dir.temp.iterdir()) == []  # every upload released
 
 
-def test_a_publish_is_committed_on_the_loop_and_behind_a_held_lock_in_a_thread(
+def test_a_publish_is_committed_on_the_loop_and_behind_a_held_lock_later_on_it(
     store: Recorded,
 ) -> None:
+    """A lock held elsewhere is never waited for on the loop: the callers wait (others
+    join them) and the loop looks again, and commits once it is free."""
     gathered = Gathered(store)
     loop_thread = threading.current_thread().name
     holder = FileLock(store.data_dir.queue_lock_path("q"))
@@ -86,34 +116,142 @@ def test_a_publish_is_committed_on_the_loop_and_behind_a_held_lock_in_a_thread(
         waiting = asyncio.ensure_future(
             gathered.publish("q", blocked, release=lambda: released(blocked))
         )
-        await asyncio.sleep(0.2)
-        assert not waiting.done()  # the loop runs (this sleep ended); the commit waits
-        assert store.commits[-1][1] != loop_thread
+        await asyncio.sleep(0.05)
+        joined = messages(store, b"came meanwhile")
+        later = asyncio.ensure_future(
+            gathered.publish("q", joined, release=lambda: released(joined))
+        )
+        await asyncio.sleep(0.15)
+        assert not waiting.done() and not later.done()  # the loop runs; they wait
+        assert len(store.commits) == 1
         holder.release()
-        await waiting
+        await asyncio.gather(waiting, later)
+        assert store.commits[-1] == (2, loop_thread)  # one commit for both
 
     asyncio.run(main())
     gathered.close()
-    assert [body for _, body in queue_contents(store.data_dir, "q")] == [b"alone", b"behind a lock"]
+    assert [body for _, body in queue_contents(store.data_dir, "q")] == [
+        b"alone",
+        b"behind a lock",
+        b"came meanwhile",
+    ]
 
 
-def test_queues_that_commit_at_once_commit_in_threads(store: Recorded) -> None:
-    """Two queues' publishes at once: on the loop their flushes would follow each other;
-    in threads they overlap."""
+def test_queues_that_commit_at_once_flush_side_by_side(
+    store: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two queues' publishes at once are both committed on the loop, and their flushes
+    run in threads at the same time: each waits at a barrier that only both together
+    pass (on the loop, one after the other, the first would time out)."""
+    both = threading.Barrier(2, timeout=10)
+    real = WriteAheadLog.sync
+    flushed_in: list[str] = []
+
+    def sync(wal: WriteAheadLog) -> None:
+        flushed_in.append(threading.current_thread().name)
+        both.wait()
+        real(wal)
+
+    monkeypatch.setattr(WriteAheadLog, "sync", sync)
     gathered = Gathered(store)
     loop_thread = threading.current_thread().name
 
-    async def main() -> None:
+    async def main() -> list[list[PublishResult]]:
         first, second = messages(store, b"a"), messages(store, b"b")
-        await asyncio.gather(
+        return await asyncio.gather(
             gathered.publish("qa", first, release=lambda: released(first)),
             gathered.publish("qb", second, release=lambda: released(second)),
         )
 
+    results = asyncio.run(main())
+    gathered.close()
+    assert all(result[0].name for result in results)
+    assert store.commits == [(1, loop_thread), (1, loop_thread)]
+    assert len(flushed_in) == 2 and loop_thread not in flushed_in
+    assert [b for _, b in queue_contents(store.data_dir, "qa")] == [b"a"]
+    assert [b for _, b in queue_contents(store.data_dir, "qb")] == [b"b"]
+
+
+def test_while_a_commit_flushes_the_loop_goes_on_and_nothing_is_visible_before_it(
+    store: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With other requests in hand, the log's flush runs in a thread: the loop reads
+    on, the next callers of the queue wait for the commit after it, and the group's
+    messages are neither visible nor answered before the flush has returned."""
+    flushes = Flushes(monkeypatch, gate=True)
+    gathered = Gathered(store)
+    gathered.requests = 3  # as the server counts them: others are being read
+    loop_thread = threading.current_thread().name
+
+    async def main() -> None:
+        first = messages(store, b"first")
+        committing = asyncio.ensure_future(
+            gathered.publish("q", first, release=lambda: released(first))
+        )
+        while not flushes.started.is_set():
+            await asyncio.sleep(0.01)  # the loop runs while the flush waits at the gate
+        assert flushes.threads and flushes.threads[0] != loop_thread
+        second = messages(store, b"second")
+        next_one = asyncio.ensure_future(
+            gathered.publish("q", second, release=lambda: released(second))
+        )
+        await asyncio.sleep(0.1)
+        assert not committing.done() and not next_one.done()
+        assert queue_contents(store.data_dir, "q") == []  # nothing before the flush
+        assert not any(store.data_dir.queue_dir("q").iterdir())
+        flushes.gate.set()
+        (result,) = await committing
+        (after,) = await next_one
+        assert result.name and after.name and result.name < after.name
+
     asyncio.run(main())
     gathered.close()
-    assert len(store.commits) == 2
-    assert all(thread != loop_thread for _, thread in store.commits)
+    assert store.commits == [(1, loop_thread), (1, loop_thread)]
+    assert [body for _, body in queue_contents(store.data_dir, "q")] == [b"first", b"second"]
+
+
+def test_a_flush_that_fails_in_its_thread_refuses_the_group_and_leaves_nothing(
+    store: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushes = Flushes(monkeypatch)
+    flushes.fail = OSError(errno.EIO, "the device failed the flush")
+    gathered = Gathered(store)
+    gathered.requests = 2
+
+    async def main() -> tuple[BaseException | list[PublishResult], list[PublishResult]]:
+        lost = messages(store, b"never answered as published")
+        (outcome,) = await asyncio.gather(
+            gathered.publish("q", lost, release=lambda: released(lost)),
+            return_exceptions=True,
+        )
+        after = messages(store, b"after")
+        return outcome, await gathered.publish("q", after, release=lambda: released(after))
+
+    outcome, after = asyncio.run(main())
+    gathered.close()
+    assert isinstance(outcome, OSError) and outcome.errno == errno.EIO
+    assert after[0].name
+    assert [body for _, body in queue_contents(store.data_dir, "q")] == [b"after"]
+    assert list(store.data_dir.temp.iterdir()) == []
+
+
+def test_a_request_alone_flushes_on_the_loop(
+    store: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One client: no other request to read meanwhile, so no hand-over to a thread."""
+    flushes = Flushes(monkeypatch)
+    gathered = Gathered(store)
+    gathered.requests = 1
+    loop_thread = threading.current_thread().name
+
+    async def main() -> None:
+        for body in (b"one", b"two"):
+            batch = messages(store, body)
+            await gathered.publish("q", batch, release=lambda b=batch: released(b))
+
+    asyncio.run(main())
+    gathered.close()
+    assert flushes.threads == [loop_thread, loop_thread]
 
 
 def test_each_caller_gets_its_own_outcome(store: Recorded) -> None:
@@ -170,7 +308,7 @@ def test_a_caller_that_leaves_is_published_and_its_uploads_released_after(
     freed: list[str] = []
 
     async def main() -> None:
-        holder.acquire()  # the commit waits in its thread until the lock is free
+        holder.acquire()  # the commit waits until the lock is free
         leaving = messages(store, b"left before the answer")
 
         def release() -> None:

@@ -23,6 +23,7 @@ from zosciimq.core import DataDir, QueueStore
 from zosciimq.core import commit as commit_module
 from zosciimq.core import index as idx
 from zosciimq.core import queues as queues_module
+from zosciimq.core.checkpoint import Durability, Mode
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.core.policy import QueueRule
@@ -487,6 +488,54 @@ def test_a_full_volume_is_every_gathered_callers_507_and_leaves_nothing(
     assert [type(o) for o in outcomes] == [StorageFull, StorageFull]
     monkeypatch.undo()
     assert queue_contents(data_dir, "q") == []
+
+
+def test_publish_steps_pause_at_the_flush_with_nothing_visible_and_the_lock_held(
+    data_dir, queues
+) -> None:
+    """``sync``: the steps pause once, at the log's flush, with the group's record
+    written but nothing of it visible: no file under its name, no name in the index,
+    and the queue's lock held (another caller of the process waits). The steps given the
+    flush's return go on and answer; a flush that failed (thrown in) is taken back."""
+    callers = _callers(data_dir, [[b"one"], [b"two"]])
+    steps = queues.publish_steps("q", callers)
+    flush = next(steps)
+    assert flush.__self__.path.endswith(".wal")  # the queue's log's sync
+    assert queue_contents(data_dir, "q") == []
+    assert not any(data_dir.queue_dir("q").iterdir())
+    assert queues.is_busy("q") == "here"
+    assert len(wal_records(data_dir, "q")) == 1  # written, not flushed yet
+    flush()
+    with pytest.raises(StopIteration) as done:
+        steps.send(None)
+    one, two = done.value.value
+    assert isinstance(one, list) and isinstance(two, list) and one[0].name < two[0].name
+    assert queues.is_busy("q") == ""
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"one", b"two"]
+
+    failing = _callers(data_dir, [[b"lost"]])
+    steps = queues.publish_steps("q", failing)
+    next(steps)
+    with pytest.raises(StopIteration) as done:
+        steps.throw(OSError(errno.EIO, "the flush failed"))
+    (outcome,) = done.value.value
+    assert isinstance(outcome, OSError) and queues.is_busy("q") == ""
+    publish_many(queues, data_dir, "q", [b"after"])
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"one", b"two", b"after"]
+    for caller in [*callers, *failing]:
+        for message in caller:
+            message.upload.discard()
+
+
+def test_publish_steps_never_pause_in_interval_durability(data_dir) -> None:
+    queues = QueueStore(data_dir, durability=Durability(mode=Mode.INTERVAL))
+    callers = _callers(data_dir, [[b"at once"]])
+    with pytest.raises(StopIteration) as done:
+        next(queues.publish_steps("q", callers))
+    (results,) = done.value.value
+    assert isinstance(results, list) and results[0].name
+    assert [b for _, b in queue_contents(data_dir, "q")] == [b"at once"]
+    callers[0][0].upload.discard()
 
 
 def test_gathered_callers_arriving_while_the_leader_waits_for_the_lock_join_its_group(

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.queues import publish_body, publish_many, queue_contents, uploads_of
 from zosciimq.core import DataDir, QueueStore
-from zosciimq.core.group_commit import Submission
+from zosciimq.core.group_commit import Submission, run_flushes
 from zosciimq.core.outgoing import Outgoing
 from zosciimq.core.policy import (
     DROP_OLDEST,
@@ -249,7 +249,7 @@ def test_a_refused_publish_writes_nothing_of_itself_even_in_a_shared_commit(
     )
     try:
         with queues._open.use("q") as files:  # one commit for both, as concurrent publishers
-            queues.committer.commit(files, [fits, over])
+            run_flushes(queues.committer.commit(files, [fits, over]))
     finally:
         for message in [*fits.work, *over.work]:
             message.upload.discard()

@@ -120,10 +120,10 @@ def install(step: str) -> None:
 
     real_commit = QueueCommitter.commit
 
-    def commit(self: QueueCommitter, files: Any, group: Any) -> None:
+    def commit(self: QueueCommitter, files: Any, group: Any) -> Any:
         if step == "written":
             die()
-        real_commit(self, files, group)
+        return real_commit(self, files, group)
 
     QueueCommitter.commit = commit  # type: ignore[method-assign]
 

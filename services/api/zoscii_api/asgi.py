@@ -143,7 +143,11 @@ class ApiServer:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self._http(scope, receive, send)
+            self.gathered.requests += 1
+            try:
+                await self._http(scope, receive, send)
+            finally:
+                self.gathered.requests -= 1
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         else:  # a WebSocket: the live service has them, not the api

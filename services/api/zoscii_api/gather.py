@@ -1,38 +1,42 @@
-"""Publishes gathered on a worker's event loop and committed together, on it or in a thread.
+"""Publishes gathered on a worker's event loop and committed together, on it.
 
 Under the ``asgi`` worker a publish costs no thread while it waits: the loop reads its
 request, hands its messages to ``Gathered`` and goes on reading others. While a queue's
-commit runs (in a thread of ``Gathered``'s own, so the loop is free), the publishes that
-arrive for that queue wait in line; when it ends, all of them go into the next commit
-at once (``QueueStore.publish_each``: each caller's messages all or nothing, each its
-own outcome). So a commit covers every request for its queue that came during the one
-before, and no request waits for more than the commit before its own. One commit is in
-flight per queue; different queues commit side by side.
+commit is in flight, the publishes that arrive for that queue wait in line; when it
+ends, all of them go into the next commit at once (``QueueStore.publish_steps``: each
+caller's messages all or nothing, each its own outcome). So a commit covers every
+request for its queue that came during the one before. One commit is in flight per
+queue; different queues commit side by side.
 
-A queue's callers are committed on the loop itself when nothing else of the worker is
-waiting or committing (for any queue), none has a nonce and the queue's lock is free:
-the hand-off to a thread and back, and the thread's wake-ups, cost more than the loop's
-wait for the flush, during which the next group gathers in the socket buffers (as a
-Redis with ``appendfsync always`` writes and flushes in its loop before it answers).
-Measured with 8 clients on one queue: 0.35 ms of CPU a publish against 0.44-0.49 in a
-thread, and in ``interval`` 1.3x the rate (docs/benchmarks.md). A worker with several
-queues to commit at once uses threads, so their flushes overlap. The lock is looked at
-first so that a long holder elsewhere (an admin purge, another container's recovery)
-blocks a thread, never the loop.
+The commit runs on the loop. In ``sync`` durability it pauses at the log's flush (its
+locks held, nothing of it visible yet): the flush runs in a thread while the loop reads
+the next requests, which then form the next group, and the loop finishes the commit
+when the flush has returned. Two exceptions flush on the loop itself: a worker with no
+other request in hand (one client: a hand-over would only add to its wait), and a queue
+another process committed to lately (the lock would be held until the loop takes the
+commit up again, while that process waits for it). A queue whose lock is held elsewhere
+is never waited for on the loop: its callers wait, others join them, and the loop looks
+again shortly. Callers with a nonce commit in a thread (their nonce locks may be held
+elsewhere). Measured in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from zosciimq.core import QueueStore
+from zosciimq.core.group_commit import Steps, run_flushes
 from zosciimq.core.outgoing import Outgoing, PublishResult
 
 log = logging.getLogger(__name__)
 
+CONTENTION_SECONDS = 1.0
+RETRY_FIRST_SECONDS = 0.0002  # about a commit's time, doubled while the lock stays held
+RETRY_MAX_SECONDS = 0.005
 Results = list[PublishResult]
 Outcome = Results | BaseException
 Waiting = tuple[Sequence[Outgoing], "asyncio.Future[Results]"]
@@ -45,7 +49,16 @@ class Gathered:
         self.queues = queues
         self._waiting: dict[str, list[Waiting]] = {}  # by queue: the next commit's callers
         self._committing: set[str] = set()
+        self._contention: dict[str, float] = {}  # queue -> when another process held it
+        self._retries: dict[str, int] = {}  # queue -> lock found held, times in a row
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="commit")
+        # Flushes apart from commits: a commit waiting in a thread for a lock held
+        # elsewhere never delays the flush of one paused on the loop.
+        self._flushes = ThreadPoolExecutor(threads, thread_name_prefix="flush")
+        # Requests the worker's loop has in hand (the server counts them): a commit with
+        # no other request about flushes on the loop, as a thread would only add its
+        # hand-over to the wait.
+        self.requests = 0
 
     async def publish(
         self, queue: str, messages: Sequence[Outgoing], *, release: Callable[[], None]
@@ -67,6 +80,7 @@ class Gathered:
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
+        self._flushes.shutdown(wait=True)
 
     def _commit_next(self, queue: str) -> None:
         if queue in self._committing:
@@ -74,38 +88,96 @@ class Gathered:
         callers = self._waiting.pop(queue, [])
         if not callers:
             return
-        batches = [messages for messages, _ in callers]
-        if self._on_the_loop(queue, callers):
-            outcomes: list[Outcome]
-            try:
-                outcomes = self.queues.publish_each(queue, batches)
-            except Exception as exc:  # every caller gets it (the endpoint answers it)
-                outcomes = [exc] * len(callers)
-            self._answer(queue, callers, outcomes)
+        where = self._where(queue, callers)
+        if where == "later":
+            self._waiting[queue] = callers  # and those that come meanwhile
+            self._retry(queue)
             return
+        batches = [messages for messages, _ in callers]
+        # Other requests of this worker in play: they are read while the flush runs.
+        company = self.requests > len(callers) or bool(self._waiting or self._committing)
         self._committing.add(queue)
-        loop = asyncio.get_running_loop()
-        committing = self._threads.submit(self.queues.publish_each, queue, batches)
-        committing.add_done_callback(
-            lambda done: loop.call_soon_threadsafe(self._committed, queue, callers, done)
-        )
-
-    def _on_the_loop(self, queue: str, callers: list[Waiting]) -> bool:
-        # Nothing else in this worker: no other queue's commit in flight, nor one waiting
-        # to start (it would wait for this flush, where in a thread its own runs beside).
-        if self._committing or self._waiting:
-            return False
-        if any(message.nonce for messages, _ in callers for message in messages):
-            return False  # a nonce's lock is not looked at: it may be held elsewhere
+        if where == "thread":
+            loop = asyncio.get_running_loop()
+            committing = self._threads.submit(self.queues.publish_each, queue, batches)
+            committing.add_done_callback(
+                lambda done: loop.call_soon_threadsafe(self._committed, queue, callers, done)
+            )
+            return
+        steps = self.queues.publish_steps(queue, batches)
+        if company and not self._contended(queue):
+            self._step(queue, callers, steps, None)
+            return
         try:
-            return not self.queues.is_busy(queue)
+            outcomes = run_flushes(steps)
+        except Exception as exc:  # every caller gets it (the endpoint answers it)
+            outcomes = [exc] * len(callers)
+        self._finish(queue, callers, outcomes)
+
+    def _where(self, queue: str, callers: list[Waiting]) -> str:
+        """Where the callers' commit runs: "loop", "thread", or "later" (the queue's
+        lock is held elsewhere: looked at again soon, while more callers gather)."""
+        if any(message.nonce for messages, _ in callers for message in messages):
+            return "thread"  # a nonce's lock is not looked at: it may be held elsewhere
+        try:
+            holder = self.queues.is_busy(queue)
         except OSError:
-            return False  # the thread's commit meets it and answers it
+            return "thread"  # the thread's commit meets it and answers it
+        if holder:
+            if holder == "elsewhere":
+                self._contention[queue] = time.monotonic()
+            return "later"
+        self._retries.pop(queue, None)
+        return "loop"
+
+    def _retry(self, queue: str) -> None:
+        tries = self._retries.get(queue, 0)
+        self._retries[queue] = tries + 1
+        delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2**tries)
+        asyncio.get_running_loop().call_later(delay, self._commit_next, queue)
+
+    def _contended(self, queue: str) -> bool:
+        """Whether another process held ``queue``'s lock lately: a lock held through a
+        flush in a thread is held longer (until the loop takes the commit up again),
+        and the other process waits for it."""
+        seen = self._contention.get(queue)
+        if seen is not None and time.monotonic() - seen >= CONTENTION_SECONDS:
+            del self._contention[queue]
+            seen = None
+        return seen is not None
+
+    def _step(
+        self,
+        queue: str,
+        callers: list[Waiting],
+        steps: Steps[list[Outcome]],
+        flushed: BaseException | None,
+    ) -> None:
+        """Take the loop's commit on to its next flush, run in a thread, or to its end."""
+        try:
+            flush = steps.send(None) if flushed is None else steps.throw(flushed)
+        except StopIteration as done:
+            outcomes: list[Outcome] = done.value
+        except Exception as exc:  # every caller gets it (the endpoint answers it)
+            outcomes = [exc] * len(callers)
+        else:
+            loop = asyncio.get_running_loop()
+            flushing = self._flushes.submit(flush)
+            flushing.add_done_callback(
+                lambda done: loop.call_soon_threadsafe(
+                    self._step, queue, callers, steps, done.exception()
+                )
+            )
+            return
+        self._finish(queue, callers, outcomes)
 
     def _committed(self, queue: str, callers: list[Waiting], done: Future[list[Outcome]]) -> None:
-        self._committing.discard(queue)
         failed = done.exception()
         outcomes: list[Outcome] = [failed] * len(callers) if failed else done.result()
+        self._finish(queue, callers, outcomes)
+
+    def _finish(self, queue: str, callers: list[Waiting], outcomes: list[Outcome]) -> None:
+        self._committing.discard(queue)
         self._answer(queue, callers, outcomes)
 
     def _answer(self, queue: str, callers: list[Waiting], outcomes: list[Outcome]) -> None:

@@ -36,7 +36,7 @@ from zosciimq.core import limits, policy
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
 from zosciimq.core.clock import Clock
 from zosciimq.core.durable import unlink_quietly
-from zosciimq.core.group_commit import Submission
+from zosciimq.core.group_commit import Steps, Submission
 from zosciimq.core.layout import DataDir
 from zosciimq.core.names import MAX_COUNTER, format_name, format_stamp, new_guid
 from zosciimq.core.nonces import Nonces
@@ -97,8 +97,10 @@ class QueueCommitter:
         self._volume = data_dir.volumes()
         self._advances: dict[str, Callable[[object], None]] = {}
 
-    def commit(self, files: QueueFiles, group: list[Publish]) -> None:
-        """Commit a group; every submission in it ends done, with results or an error."""
+    def commit(self, files: QueueFiles, group: list[Publish]) -> Steps[None]:
+        """Commit a group; every submission in it ends done, with results or an error.
+        In ``sync`` durability it pauses once, for the log's flush (``Steps``), its
+        locks held: nothing of the group is visible before the flush has returned."""
         nonces = [m.nonce for s in group for m in s.work]
         with self.nonces.lock(*nonces), files.lock:
             files.lane.join(group, _joinable(group))  # who came while we waited for it
@@ -113,7 +115,7 @@ class QueueCommitter:
                     retention = rule.retention_days
                 accepted = self._allocate([s for s in group if not s.done], header, retention)
                 if accepted:
-                    self._write(files, sound, accepted, drops, dir_stat.st_ino)
+                    yield from self._write(files, sound, accepted, drops, dir_stat.st_ino)
                     if usage is not None:
                         self._keep_usage(files, header, usage, accepted)
             finally:
@@ -223,7 +225,7 @@ class QueueCommitter:
         accepted: list[tuple[Outgoing, str]],
         drops: list[str],
         dir_ino: int,
-    ) -> None:
+    ) -> Steps[None]:
         index, header = sound.index, sound.header
         names = [name for _, name in accepted]
         record = Record(files.name, self._entries(files, accepted), dropped=drops)
@@ -242,7 +244,7 @@ class QueueCommitter:
         try:
             logged = wal.append(wal_header, record, relaxed=self.relaxed)
             if not self.relaxed:
-                wal.sync()  # the group is durable from here
+                yield wal.sync  # the group is durable once it has returned
         except Exception:  # (a process dying mid-way unwinds nothing: recovery's case)
             if logged is None:
                 self._clear_pending(index, header)

@@ -20,11 +20,20 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Generator, Sequence
+from typing import Generic, TypeAlias, TypeVar
 
 W = TypeVar("W")  # what a caller brings
 R = TypeVar("R")  # what it gets back
+T = TypeVar("T")
+
+Flush: TypeAlias = Callable[[], None]
+# Work that pauses where it would wait for the device: it yields the flush to run (a
+# write-ahead log's fdatasync) and goes on once that has returned, or meets what the flush
+# raised (thrown in). A thread runs the flush itself (``run_flushes``); an event loop
+# runs it in a thread and goes on with other requests meanwhile. Locks stay held across
+# a pause. The value returned at the end is the work's.
+Steps: TypeAlias = Generator[Flush, None, T]
 
 
 class Submission(Generic[W, R]):
@@ -55,6 +64,11 @@ class Submission(Generic[W, R]):
         """Wake it if it waits (the lane's lock held)."""
         if self.wake is not None:
             self.wake.notify()
+
+
+# A group's commit: it leaves every submission of the group done, at once (returning
+# None) or by the end of the steps it returns.
+Commit: TypeAlias = Callable[[list[Submission[W, R]]], Steps[None] | None]
 
 
 class Lane(Generic[W, R]):
@@ -109,7 +123,7 @@ class Lane(Generic[W, R]):
     def submit(
         self,
         work: W,
-        commit: Callable[[list[Submission[W, R]]], None],
+        commit: Commit[W, R],
         *,
         arrived: bool = False,
         linger: float = 0.0,
@@ -130,7 +144,7 @@ class Lane(Generic[W, R]):
     def submit_all(
         self,
         works: Sequence[W],
-        commit: Callable[[list[Submission[W, R]]], None],
+        commit: Commit[W, R],
         *,
         arrived: bool = False,
         linger: float = 0.0,
@@ -139,6 +153,20 @@ class Lane(Generic[W, R]):
         """``submit`` for several callers that one thread gathered (an event loop's
         requests): each ``works`` item is a submission of its own, in line one after
         the other, and ends done with its own result or error (returned, not raised)."""
+        steps = self.submit_steps(works, commit, arrived=arrived, linger=linger, take=take)
+        return run_flushes(steps)
+
+    def submit_steps(
+        self,
+        works: Sequence[W],
+        commit: Commit[W, R],
+        *,
+        arrived: bool = False,
+        linger: float = 0.0,
+        take: Callable[[list[Submission[W, R]]], int] | None = None,
+    ) -> Steps[list[Submission[W, R]]]:
+        """``submit_all``, pausing where a commit that leads waits for the device (see
+        ``Steps``): an event loop runs the flush elsewhere and goes on meanwhile."""
         if not works:
             return []
         mine: list[Submission[W, R]] = [Submission(work, self.turn) for work in works]
@@ -174,7 +202,7 @@ class Lane(Generic[W, R]):
                 self.committing = True
                 self.turn.release()
                 try:
-                    _run(commit, group)
+                    yield from _run(commit, group)
                 finally:
                     self.turn.acquire()
                     self.committing = False
@@ -185,9 +213,11 @@ class Lane(Generic[W, R]):
         return mine
 
 
-def _run(commit: Callable[[list[Submission[W, R]]], None], group: list[Submission[W, R]]) -> None:
+def _run(commit: Commit[W, R], group: list[Submission[W, R]]) -> Steps[None]:
     try:
-        commit(group)
+        steps = commit(group)
+        if steps is not None:
+            yield from steps
     except BaseException as exc:
         first = True
         for submission in group:
@@ -196,3 +226,18 @@ def _run(commit: Callable[[list[Submission[W, R]]], None], group: list[Submissio
                 first = False
     for submission in group:
         submission.done = True
+
+
+def run_flushes(steps: Steps[T]) -> T:
+    """Run ``steps`` to their end, each flush in this thread, as it comes."""
+    try:
+        flush = next(steps)
+        while True:
+            try:
+                flush()
+            except BaseException as exc:
+                flush = steps.throw(exc)
+            else:
+                flush = steps.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

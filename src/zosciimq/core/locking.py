@@ -214,6 +214,11 @@ class FileLock:
             raise
         self._lock = lock
 
+    def held_here(self) -> bool:
+        """Whether a thread of this process holds the lock through this instance now
+        (a hint: it may be let go at once)."""
+        return self._lock is not None
+
     def try_acquire(self) -> bool:
         """Take the lock if nobody holds it, without waiting: False when it is held.
 

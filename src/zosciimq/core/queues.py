@@ -25,14 +25,14 @@ import logging
 import os
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from zosciimq.core import index as idx
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
 from zosciimq.core.clock import Clock, utc_now
 from zosciimq.core.commit import MAX_GROUP_MESSAGES, Position, Publish, QueueCommitter, Rules
 from zosciimq.core.durable import raise_if_full, storage_error
-from zosciimq.core.group_commit import Lane
+from zosciimq.core.group_commit import Lane, Steps, run_flushes
 from zosciimq.core.layout import DataDir
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing, PublishResult
@@ -42,6 +42,8 @@ from zosciimq.core.upload import INLINE_BYTES, Upload, sync_uploads
 from zosciimq.core.wal import LogCorrupt
 
 log = logging.getLogger(__name__)
+
+Holder = Literal["", "here", "elsewhere"]  # who holds a queue's lock (QueueStore.is_busy)
 
 _READ_MESSAGE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 # How long a group commit waits at most for publishers of its process that are still
@@ -150,6 +152,14 @@ class QueueStore:
         For a server that gathers its callers on one thread (an event loop) and so
         cannot wait for a commit once per caller: they share the commits, as the
         threads of ``publish_many`` do."""
+        return run_flushes(self.publish_steps(queue, callers))
+
+    def publish_steps(
+        self, queue: str, callers: Sequence[Sequence[Outgoing]]
+    ) -> Steps[list[list[PublishResult] | BaseException]]:
+        """``publish_each``, pausing at the log's flush (``group_commit.Steps``): an
+        event loop flushes in a thread and reads other requests meanwhile. The queue's
+        lock stays held until the steps end."""
         large = [m.upload for messages in callers for m in messages if m.upload.size > INLINE_BYTES]
         try:
             with self._open.use(queue) as files:
@@ -161,7 +171,7 @@ class QueueStore:
                     except BaseException:
                         lane.left()
                         raise
-                done = lane.submit_all(
+                done = yield from lane.submit_steps(
                     callers,
                     lambda group: self.committer.commit(files, group),
                     arrived=bool(large),
@@ -173,11 +183,14 @@ class QueueStore:
             raise
         return [storage_error(s.error) if s.error is not None else (s.result or []) for s in done]
 
-    def is_busy(self, queue: str) -> bool:
-        """Whether someone (a thread or process) holds ``queue``'s lock at this moment:
-        a hint for a caller that must not wait for it, such as an event loop."""
+    def is_busy(self, queue: str) -> Holder:
+        """Who holds ``queue``'s lock at this moment: nobody (""), a thread of this
+        process ("here") or another process ("elsewhere"). A hint for a caller that
+        must not wait for it, such as an event loop."""
         with self._open.use(queue) as files:
-            return files.lock_is_held()
+            if files.lock.held_here():
+                return "here"
+            return "elsewhere" if files.lock_is_held() else ""
 
     # --- checkpoints and recovery ----------------------------------------------------
     def checkpoint_to(self, queue: str, position: Position) -> None:
