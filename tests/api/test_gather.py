@@ -98,11 +98,9 @@ def test_publishes_that_arrive_together_share_a_commit_in_arrival_order(store: R
     assert list(store.data_dir.temp.iterdir()) == []  # every upload released
 
 
-def test_a_publish_is_committed_on_the_loop_and_behind_a_held_lock_later_on_it(
+def test_a_publish_is_committed_on_the_loop_and_behind_a_held_lock_in_a_thread(
     store: Recorded,
 ) -> None:
-    """A lock held elsewhere is never waited for on the loop: the callers wait (others
-    join them) and the loop looks again, and commits once it is free."""
     gathered = Gathered(store)
     loop_thread = threading.current_thread().name
     holder = FileLock(store.data_dir.queue_lock_path("q"))
@@ -116,25 +114,15 @@ def test_a_publish_is_committed_on_the_loop_and_behind_a_held_lock_later_on_it(
         waiting = asyncio.ensure_future(
             gathered.publish("q", blocked, release=lambda: released(blocked))
         )
-        await asyncio.sleep(0.05)
-        joined = messages(store, b"came meanwhile")
-        later = asyncio.ensure_future(
-            gathered.publish("q", joined, release=lambda: released(joined))
-        )
-        await asyncio.sleep(0.15)
-        assert not waiting.done() and not later.done()  # the loop runs; they wait
-        assert len(store.commits) == 1
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # the loop runs (this sleep ended); the commit waits
+        assert store.commits[-1][1] != loop_thread
         holder.release()
-        await asyncio.gather(waiting, later)
-        assert store.commits[-1] == (2, loop_thread)  # one commit for both
+        await waiting
 
     asyncio.run(main())
     gathered.close()
-    assert [body for _, body in queue_contents(store.data_dir, "q")] == [
-        b"alone",
-        b"behind a lock",
-        b"came meanwhile",
-    ]
+    assert [body for _, body in queue_contents(store.data_dir, "q")] == [b"alone", b"behind a lock"]
 
 
 def test_queues_that_commit_at_once_flush_side_by_side(
@@ -235,6 +223,38 @@ def test_a_flush_that_fails_in_its_thread_refuses_the_group_and_leaves_nothing(
     assert list(store.data_dir.temp.iterdir()) == []
 
 
+def test_a_queue_another_process_committed_to_lately_flushes_on_the_loop(
+    store: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock seen held elsewhere: for a second the queue's flushes stay on the loop,
+    so the lock is let go as soon as the flush returns, not once the loop comes back to
+    the commit (the other process waits for it meanwhile)."""
+    flushes = Flushes(monkeypatch)
+    gathered = Gathered(store)
+    gathered.requests = 3  # others in hand: without the rule, the flush would go to a thread
+    loop_thread = threading.current_thread().name
+    holder = FileLock(store.data_dir.queue_lock_path("q"))
+
+    async def main() -> None:
+        holder.acquire()
+        blocked = messages(store, b"behind a lock")
+        waiting = asyncio.ensure_future(
+            gathered.publish("q", blocked, release=lambda: released(blocked))
+        )
+        await asyncio.sleep(0.1)
+        holder.release()
+        await waiting
+        after = messages(store, b"after")
+        await gathered.publish("q", after, release=lambda: released(after))
+
+    asyncio.run(main())
+    gathered.close()
+    first, second = flushes.threads
+    assert first != loop_thread  # the commit that waited for the lock, in its thread
+    assert second == loop_thread
+    assert [body for _, body in queue_contents(store.data_dir, "q")] == [b"behind a lock", b"after"]
+
+
 def test_a_request_alone_flushes_on_the_loop(
     store: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -308,7 +328,7 @@ def test_a_caller_that_leaves_is_published_and_its_uploads_released_after(
     freed: list[str] = []
 
     async def main() -> None:
-        holder.acquire()  # the commit waits until the lock is free
+        holder.acquire()  # the commit waits in its thread until the lock is free
         leaving = messages(store, b"left before the answer")
 
         def release() -> None:

@@ -14,10 +14,9 @@ the next requests, which then form the next group, and the loop finishes the com
 when the flush has returned. Two exceptions flush on the loop itself: a worker with no
 other request in hand (one client: a hand-over would only add to its wait), and a queue
 another process committed to lately (the lock would be held until the loop takes the
-commit up again, while that process waits for it). A queue whose lock is held elsewhere
-is never waited for on the loop: its callers wait, others join them, and the loop looks
-again shortly. Callers with a nonce commit in a thread (their nonce locks may be held
-elsewhere). Measured in docs/benchmarks.md.
+commit up again, while that process waits for it). A queue whose lock is held at that
+moment, and callers with a nonce (their nonce locks may be held elsewhere), commit in a
+thread: the loop never waits for a lock. Measured in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ from zosciimq.core.outgoing import Outgoing, PublishResult
 log = logging.getLogger(__name__)
 
 CONTENTION_SECONDS = 1.0
-RETRY_FIRST_SECONDS = 0.0002  # about a commit's time, doubled while the lock stays held
-RETRY_MAX_SECONDS = 0.005
 Results = list[PublishResult]
 Outcome = Results | BaseException
 Waiting = tuple[Sequence[Outgoing], "asyncio.Future[Results]"]
@@ -50,7 +47,6 @@ class Gathered:
         self._waiting: dict[str, list[Waiting]] = {}  # by queue: the next commit's callers
         self._committing: set[str] = set()
         self._contention: dict[str, float] = {}  # queue -> when another process held it
-        self._retries: dict[str, int] = {}  # queue -> lock found held, times in a row
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="commit")
         # Flushes apart from commits: a commit waiting in a thread for a lock held
         # elsewhere never delays the flush of one paused on the loop.
@@ -88,16 +84,12 @@ class Gathered:
         callers = self._waiting.pop(queue, [])
         if not callers:
             return
-        where = self._where(queue, callers)
-        if where == "later":
-            self._waiting[queue] = callers  # and those that come meanwhile
-            self._retry(queue)
-            return
+        on_the_loop = self._on_the_loop(queue, callers)
         batches = [messages for messages, _ in callers]
         # Other requests of this worker in play: they are read while the flush runs.
         company = self.requests > len(callers) or bool(self._waiting or self._committing)
         self._committing.add(queue)
-        if where == "thread":
+        if not on_the_loop:
             loop = asyncio.get_running_loop()
             committing = self._threads.submit(self.queues.publish_each, queue, batches)
             committing.add_done_callback(
@@ -114,27 +106,19 @@ class Gathered:
             outcomes = [exc] * len(callers)
         self._finish(queue, callers, outcomes)
 
-    def _where(self, queue: str, callers: list[Waiting]) -> str:
-        """Where the callers' commit runs: "loop", "thread", or "later" (the queue's
-        lock is held elsewhere: looked at again soon, while more callers gather)."""
+    def _on_the_loop(self, queue: str, callers: list[Waiting]) -> bool:
+        """Whether the callers' commit runs on the loop: not if one has a nonce (its
+        lock is not looked at: it may be held elsewhere), nor if the queue's lock is
+        held (a thread waits for it, never the loop)."""
         if any(message.nonce for messages, _ in callers for message in messages):
-            return "thread"  # a nonce's lock is not looked at: it may be held elsewhere
+            return False
         try:
             holder = self.queues.is_busy(queue)
         except OSError:
-            return "thread"  # the thread's commit meets it and answers it
-        if holder:
-            if holder == "elsewhere":
-                self._contention[queue] = time.monotonic()
-            return "later"
-        self._retries.pop(queue, None)
-        return "loop"
-
-    def _retry(self, queue: str) -> None:
-        tries = self._retries.get(queue, 0)
-        self._retries[queue] = tries + 1
-        delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2**tries)
-        asyncio.get_running_loop().call_later(delay, self._commit_next, queue)
+            return False  # the thread's commit meets it and answers it
+        if holder == "elsewhere":
+            self._contention[queue] = time.monotonic()
+        return not holder
 
     def _contended(self, queue: str) -> bool:
         """Whether another process held ``queue``'s lock lately: a lock held through a
