@@ -177,11 +177,22 @@ def test_metrics_add_up_across_workers(tmp_path: Path, server_env: dict[str, str
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "server_env, workers",
+    [
+        ({"ZOSCII_API_SERVER": "threads"}, 2),
+        ({"ZOSCII_API_SERVER": "loop"}, 2),
+        # one worker: no other process on the queue, so its commits pause at the flush
+        # (zoscii_api.gather) and the kill comes while flushes run beside the loop
+        ({"ZOSCII_API_SERVER": "loop"}, 1),
+    ],
+    ids=["threads", "loop", "loop-1-worker"],
+)
 def test_kill_9_of_the_api_loses_no_acknowledged_message(
-    tmp_path: Path, server_env: dict[str, str]
+    tmp_path: Path, server_env: dict[str, str], workers: int
 ) -> None:
     data_dir = tmp_path / "data"
-    server = ApiServer(data_dir, workers=2, env=server_env).start()
+    server = ApiServer(data_dir, workers=workers, env=server_env).start()
     acked: dict[bytes, None] = {}
     lock = threading.Lock()
     stop = threading.Event()
@@ -218,7 +229,7 @@ def test_kill_9_of_the_api_loses_no_acknowledged_message(
         thread.join()
     assert len(acked) >= 300, f"only {len(acked)} acknowledged before the kill"
 
-    restarted = ApiServer(data_dir, workers=2, env=server_env).start()
+    restarted = ApiServer(data_dir, workers=workers, env=server_env).start()
     try:
         seen: list[tuple[str, bytes]] = []
         follow(restarted.url, "k", _set_event(), seen)

@@ -136,25 +136,11 @@ class Lane(Generic[W, R]):
         says how many of the waiting submissions (at least one) the next group holds;
         default all. ``arrived``: this caller announced itself with ``arrive``.
         """
-        (submission,) = self.submit_all([work], commit, arrived=arrived, linger=linger, take=take)
+        steps = self.submit_steps([work], commit, arrived=arrived, linger=linger, take=take)
+        (submission,) = run_flushes(steps)
         if submission.error is not None:
             raise submission.error
         return submission.result  # type: ignore[return-value]
-
-    def submit_all(
-        self,
-        works: Sequence[W],
-        commit: Commit[W, R],
-        *,
-        arrived: bool = False,
-        linger: float = 0.0,
-        take: Callable[[list[Submission[W, R]]], int] | None = None,
-    ) -> list[Submission[W, R]]:
-        """``submit`` for several callers that one thread gathered (an event loop's
-        requests): each ``works`` item is a submission of its own, in line one after
-        the other, and ends done with its own result or error (returned, not raised)."""
-        steps = self.submit_steps(works, commit, arrived=arrived, linger=linger, take=take)
-        return run_flushes(steps)
 
     def submit_steps(
         self,
@@ -165,8 +151,11 @@ class Lane(Generic[W, R]):
         linger: float = 0.0,
         take: Callable[[list[Submission[W, R]]], int] | None = None,
     ) -> Steps[list[Submission[W, R]]]:
-        """``submit_all``, pausing where a commit that leads waits for the device (see
-        ``Steps``): an event loop runs the flush elsewhere and goes on meanwhile."""
+        """``submit`` for several callers that one thread gathered (an event loop's
+        requests): each ``works`` item is a submission of its own, in line one after
+        the other, and ends done with its own result or error (returned, not raised).
+        Pauses where a commit it leads waits for the device (``Steps``): a thread runs
+        them with ``run_flushes``; an event loop runs the flush elsewhere meanwhile."""
         if not works:
             return []
         mine: list[Submission[W, R]] = [Submission(work, self.turn) for work in works]
