@@ -34,7 +34,14 @@ from tests.support.api_server import GUNICORN_CONF, free_port, until_healthy
 
 log = logging.getLogger(__name__)
 
-SHARED_SETTINGS = ("keepalive", "timeout", "graceful_timeout", "access_log_format", "http_parser")
+SHARED_SETTINGS = (
+    "keepalive",
+    "timeout",
+    "graceful_timeout",
+    "access_log_format",
+    "http_parser",
+    "asgi_loop",
+)
 
 DURABILITY = "ZOSCII_DURABILITY"
 SERVER = "ZOSCII_API_SERVER"
@@ -139,6 +146,7 @@ class FloorServer:
             "--access-logfile=-",  # as the api: one line per request to stdout
             f"--access-logformat={self.settings['access_log_format']}",
             f"--http-parser={self.settings['http_parser']}",
+            f"--asgi-loop={self.settings['asgi_loop']}",  # ignored by the WSGI floors
             f"--chdir={REPO}",
             self.app,
         ]

@@ -52,6 +52,12 @@ errorlog = "-"
 loglevel = _settings.log[0].lower()  # ZOSCII_LOG_LEVEL, checked
 logger_class = "zoscii_api.logs.ApiLogger"  # shared format; no query strings (messages)
 http_parser = "auto"  # gunicorn's C parser (gunicorn[fast]) when installed, else Python
+# The loop server's event loop: asyncio's own, even where uvloop is installed (gunicorn's
+# "auto" would take it). Under uvloop, gunicorn's C parser cut keep-alive connections: a
+# request of more than 64 KiB that arrived before the previous one's bookkeeping ended
+# was taken for a pipelined tail too long to keep, and the connection closed (wrk, 100 KB
+# bodies: 47-118 resets in 3 s; none on asyncio's loop). docs/benchmarks.md.
+asgi_loop = "asyncio"
 control_socket_disable = True  # no runtime-control socket in $HOME: unused, one less door
 if _settings.tls_cert:  # HTTPS served by gunicorn itself; a reverse proxy is the other way
     certfile, keyfile = _settings.tls_cert, _settings.tls_key or None
