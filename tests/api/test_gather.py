@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import multiprocessing
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.queues import queue_contents, uploads_of
-from zoscii_api.gather import Gathered
+from zoscii_api.gather import MAX_CONTENDED, Gathered
 from zosciimq.core import DataDir, QueueStore
 from zosciimq.core.group_commit import Steps
 from zosciimq.core.locking import FileLock
@@ -223,36 +225,53 @@ def test_a_flush_that_fails_in_its_thread_refuses_the_group_and_leaves_nothing(
     assert list(store.data_dir.temp.iterdir()) == []
 
 
+def _hold_lock_in_child(path: str, held: Any, done: Any) -> None:
+    with FileLock(path):
+        held.set()
+        done.wait(10)
+
+
 def test_a_queue_another_process_committed_to_lately_flushes_on_the_loop(
     store: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The lock seen held elsewhere: for a second the queue's flushes stay on the loop,
-    so the lock is let go as soon as the flush returns, not once the loop comes back to
-    the commit (the other process waits for it meanwhile)."""
+    """The lock seen held by another process: for a second the queue's flushes stay on
+    the loop, so the lock is let go as soon as the flush returns, not once the loop
+    comes back to the commit (the other process waits for it meanwhile). The queues
+    remembered as contended stay bounded: the stale ones go when there are too many."""
     flushes = Flushes(monkeypatch)
     gathered = Gathered(store)
     gathered.requests = 3  # others in hand: without the rule, the flush would go to a thread
+    gathered._contention.update({f"gone{i}": 0.0 for i in range(MAX_CONTENDED)})
     loop_thread = threading.current_thread().name
-    holder = FileLock(store.data_dir.queue_lock_path("q"))
+    context = multiprocessing.get_context("fork")
+    held, done = context.Event(), context.Event()
+    path = str(store.data_dir.queue_lock_path("q"))
+    other = context.Process(target=_hold_lock_in_child, args=(path, held, done))
+    other.start()
 
     async def main() -> None:
-        holder.acquire()
+        assert held.wait(10)
         blocked = messages(store, b"behind a lock")
         waiting = asyncio.ensure_future(
             gathered.publish("q", blocked, release=lambda: released(blocked))
         )
         await asyncio.sleep(0.1)
-        holder.release()
+        done.set()
         await waiting
         after = messages(store, b"after")
         await gathered.publish("q", after, release=lambda: released(after))
 
-    asyncio.run(main())
-    gathered.close()
+    try:
+        asyncio.run(main())
+    finally:
+        done.set()
+        other.join(10)
+        gathered.close()
     first, second = flushes.threads
     assert first != loop_thread  # the commit that waited for the lock, in its thread
     assert second == loop_thread
     assert [body for _, body in queue_contents(store.data_dir, "q")] == [b"behind a lock", b"after"]
+    assert set(gathered._contention) == {"q"}
 
 
 def test_a_request_alone_flushes_on_the_loop(

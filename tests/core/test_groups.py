@@ -24,6 +24,7 @@ from zosciimq.core import commit as commit_module
 from zosciimq.core import index as idx
 from zosciimq.core import queues as queues_module
 from zosciimq.core.checkpoint import Durability, Mode
+from zosciimq.core.locking import FileLock
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.core.policy import QueueRule
@@ -525,6 +526,17 @@ def test_publish_steps_pause_at_the_flush_with_nothing_visible_and_the_lock_held
     for caller in [*callers, *failing]:
         for message in caller:
             message.upload.discard()
+
+
+def test_a_queue_locked_by_a_purge_of_this_process_is_busy_here(data_dir, queues) -> None:
+    """A purge (``core.admin``) or an orphan cleanup (``core.orphans``) holds the queue's
+    lock through an instance of its own: the event loop's hint must still say "here"
+    (this process will let it go), not "elsewhere" (another process, which would mark
+    the queue contended and flush its commits on the loop for a second)."""
+    publish_many(queues, data_dir, "q", [b"one"])
+    with FileLock(data_dir.queue_lock_path("q")):
+        assert queues.is_busy("q") == "here"
+    assert queues.is_busy("q") == ""
 
 
 def test_publish_steps_never_pause_in_interval_durability(data_dir) -> None:

@@ -117,6 +117,39 @@ def test_try_acquire_says_no_while_another_thread_holds_it(tmp_path: Path) -> No
     assert os.path.exists(path)
 
 
+def _hold_in_child(path: str, held, done) -> None:
+    with FileLock(path):
+        held.set()
+        done.wait(10)
+
+
+def test_holder_tells_this_process_from_another_whatever_instance_holds_it(
+    tmp_path: Path,
+) -> None:
+    """``holder`` asks the process-wide lock, not the instance: a lock another instance
+    of the same path holds (a purge's, an orphan cleanup's) is "here", a lock another
+    process holds is "elsewhere", and asking takes nothing (the lock is free after)."""
+    path = tmp_path / "q.lock"
+    asking = FileLock(path)
+    assert asking.holder() == ""
+    with FileLock(path):
+        assert asking.holder() == "here"
+    assert asking.holder() == ""
+    context = multiprocessing.get_context("fork")
+    held, done = context.Event(), context.Event()
+    child = context.Process(target=_hold_in_child, args=(str(path), held, done))
+    child.start()
+    try:
+        assert held.wait(10)
+        assert asking.holder() == "elsewhere"
+    finally:
+        done.set()
+        child.join(10)
+    assert asking.holder() == ""
+    assert asking.try_acquire()
+    asking.release()
+
+
 def test_idle_locks_are_closed_so_the_volume_can_be_remounted(tmp_path: Path, monkeypatch) -> None:
     """A descriptor open for writing keeps a read-only remount busy: locks nobody used
     for the idle time are closed by the table's background thread; held ones never."""

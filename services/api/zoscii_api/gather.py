@@ -34,6 +34,7 @@ from zosciimq.core.outgoing import Outgoing, PublishResult
 log = logging.getLogger(__name__)
 
 CONTENTION_SECONDS = 1.0
+MAX_CONTENDED = 1024  # queues remembered as contended before the old ones are dropped
 Results = list[PublishResult]
 Outcome = Results | BaseException
 Waiting = tuple[Sequence[Outgoing], "asyncio.Future[Results]"]
@@ -117,8 +118,18 @@ class Gathered:
         except OSError:
             return False  # the thread's commit meets it and answers it
         if holder == "elsewhere":
+            if len(self._contention) >= MAX_CONTENDED:
+                self._forget_contention()
             self._contention[queue] = time.monotonic()
         return not holder
+
+    def _forget_contention(self) -> None:
+        """Drop what is no longer recent: a queue contended once and never published
+        to again would otherwise keep its entry for the worker's life."""
+        now = time.monotonic()
+        for queue, seen in list(self._contention.items()):
+            if now - seen >= CONTENTION_SECONDS:
+                del self._contention[queue]
 
     def _contended(self, queue: str) -> bool:
         """Whether another process held ``queue``'s lock lately: a lock held through a

@@ -26,8 +26,10 @@ import weakref
 from collections import OrderedDict
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 IDLE_SECONDS = 2.0
+Holder = Literal["", "here", "elsewhere"]  # who holds a lock (FileLock.holder)
 
 
 class _ProcessLock:
@@ -214,10 +216,30 @@ class FileLock:
             raise
         self._lock = lock
 
-    def held_here(self) -> bool:
-        """Whether a thread of this process holds the lock through this instance now
-        (a hint: it may be let go at once)."""
-        return self._lock is not None
+    def holder(self) -> Holder:
+        """Who holds the lock at this moment: nobody (""), a thread of this process
+        through any instance of the path ("here": the process-wide thread lock is
+        taken), or another process ("elsewhere"). A hint for a caller that must not
+        wait, such as an event loop: it may change at once. Costs two ``lockf`` calls
+        when nobody holds it."""
+        lock = _TABLE.enter(self._key)
+        try:
+            if not lock.thread_lock.acquire(blocking=False):
+                return "here"
+            try:
+                fd = lock.descriptor()
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    if exc.errno in (errno.EACCES, errno.EAGAIN):
+                        return "elsewhere"
+                    raise
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+                return ""
+            finally:
+                lock.thread_lock.release()
+        finally:
+            _TABLE.leave(lock)
 
     def try_acquire(self) -> bool:
         """Take the lock if nobody holds it, without waiting: False when it is held.

@@ -28,7 +28,7 @@ from zosciimq.core import index as idx
 from zosciimq.core.durable import ensure_dir, names_inode
 from zosciimq.core.group_commit import Lane
 from zosciimq.core.layout import DataDir
-from zosciimq.core.locking import FileLock, IdleCloser
+from zosciimq.core.locking import FileLock, Holder, IdleCloser
 from zosciimq.core.wal import WriteAheadLog
 from zosciimq.errors import QueueNotFound, QueueUnusable
 
@@ -172,18 +172,19 @@ class QueueFiles:
         assert index is not None
         return index
 
-    def lock_is_held(self) -> bool:
-        """Whether a publisher holds the queue lock now (a kill -9 releases it). On a
-        volume that cannot be written nobody can be publishing."""
+    def lock_holder(self) -> Holder:
+        """Who holds the queue lock now (``FileLock.holder``; a kill -9 releases it). On
+        a volume that cannot be written nobody can be publishing."""
         try:
-            if not self.lock.try_acquire():
-                return True
+            return self.lock.holder()
         except OSError as exc:
             if exc.errno in idx.READ_ONLY_ERRORS:
-                return False
+                return ""
             raise
-        self.lock.release()
-        return False
+
+    def lock_is_held(self) -> bool:
+        """Whether a publisher, of this process or another, holds the queue lock now."""
+        return bool(self.lock_holder())
 
     def dir_fd(self, ino: int) -> int:
         """The queue directory, open (lock held); ``ino`` is what the path is now."""

@@ -25,7 +25,7 @@ import logging
 import os
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Literal
+from typing import BinaryIO
 
 from zosciimq.core import index as idx
 from zosciimq.core.checkpoint import Checkpointer, Durability, Flusher, sync_volumes
@@ -34,6 +34,7 @@ from zosciimq.core.commit import MAX_GROUP_MESSAGES, Position, Publish, QueueCom
 from zosciimq.core.durable import raise_if_full, storage_error
 from zosciimq.core.group_commit import Lane, Steps, run_flushes
 from zosciimq.core.layout import DataDir
+from zosciimq.core.locking import Holder
 from zosciimq.core.nonces import Nonces
 from zosciimq.core.outgoing import Outgoing, PublishResult
 from zosciimq.core.queue_files import OpenQueues, QueueFiles
@@ -42,8 +43,6 @@ from zosciimq.core.upload import INLINE_BYTES, Upload, sync_uploads
 from zosciimq.core.wal import LogCorrupt
 
 log = logging.getLogger(__name__)
-
-Holder = Literal["", "here", "elsewhere"]  # who holds a queue's lock (QueueStore.is_busy)
 
 _READ_MESSAGE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 # How long a group commit waits at most for publishers of its process that are still
@@ -188,9 +187,7 @@ class QueueStore:
         process ("here") or another process ("elsewhere"). A hint for a caller that
         must not wait for it, such as an event loop."""
         with self._open.use(queue) as files:
-            if files.lock.held_here():
-                return "here"
-            return "elsewhere" if files.lock_is_held() else ""
+            return files.lock_holder()
 
     # --- checkpoints and recovery ----------------------------------------------------
     def checkpoint_to(self, queue: str, position: Position) -> None:
