@@ -34,7 +34,7 @@ bind = [_settings.bind]
 workers = _settings.workers
 threads = _settings.threads
 if _settings.server == "loop":
-    worker_class = "zoscii_api.gunicorn_worker.LoopWorker"  # gunicorn's asgi worker
+    worker_class = "zoscii_api.gunicorn_worker.LoopWorker"  # asgi + a head deadline
     wsgi_app = "zoscii_api.app:create_asgi_app()"
     worker_connections = 1000  # a connection costs the loop a socket, not a thread
     asgi_lifespan = "on"  # the app stops its thread pools on shutdown

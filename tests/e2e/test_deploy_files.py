@@ -288,8 +288,8 @@ def test_only_the_proxy_listens_beyond_this_host(
         wide = [b for b in bindings if b[0] != "127.0.0.1"]
         assert not wide, f"{service} publishes {wide} beyond 127.0.0.1"
     assert (("127.0.0.1", 8080)) in public["api"]  # the direct port, for this host only
-    # So the api runs the loop server when nothing says otherwise: its slow request heads
-    # only the proxy cuts (SECURITY.md). Its own default, for an api alone, is threads.
+    # So the api runs the loop server when nothing says otherwise, behind the proxy (its
+    # own default, for an api alone, is threads).
     unset = {k: v for k, v in env.items() if k != "ZOSCII_API_SERVER"}
     by_default = compose_config(compose_files(*variants), unset, env_file)
     assert environment(by_default, "api")["ZOSCII_API_SERVER"] == "loop"

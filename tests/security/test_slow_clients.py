@@ -89,14 +89,17 @@ def test_a_trickled_request_head_is_cut_and_frees_the_thread(tmp_path: Path, ser
     TALLY["slow clients: cut"] += len(tricklers)
 
 
-def test_under_the_loop_a_trickled_head_holds_no_thread(tmp_path: Path, servers) -> None:
-    """ZOSCII_API_SERVER=loop: more trickling heads than the worker has threads, and a
-    publish, a fetch (in a thread) and /healthz are all answered meanwhile. (The api does
-    not cut them: the proxy in front does, SECURITY.md.)"""
+def test_under_the_loop_a_trickled_head_is_cut_and_holds_no_thread(
+    tmp_path: Path, servers
+) -> None:
+    """ZOSCII_API_SERVER=loop: more trickling heads than the worker has threads; a
+    publish, a fetch (in a thread) and /healthz are all answered meanwhile, and each
+    trickler is cut with a 408 at the head deadline (``gunicorn_worker.HeadDeadline``;
+    gunicorn alone never cut a connection's first head)."""
     env = {**SLOW, "ZOSCII_API_SERVER": "loop"}
     server = servers(tmp_path / "data", workers=1, threads=2, env=env)
     head = b"GET /?action=scan HTTP/1.1\r\nHost: x\r\n"
-    tricklers = [Trickler(server.port, head, lambda n: b"a", give_up=6.0) for _ in range(6)]
+    tricklers = [Trickler(server.port, head, lambda n: b"a") for _ in range(6)]
     for trickler in tricklers:
         trickler.start()
     for trickler in tricklers:
@@ -105,12 +108,49 @@ def test_under_the_loop_a_trickled_head_holds_no_thread(tmp_path: Path, servers)
     fetched = requests.get(server.url, params={"action": "fetch", "q": "l"})
     assert published.json()["message"] == "Message published." and fetched.content == b"m"
     assert requests.get(server.url + "healthz", timeout=GIVE_UP).status_code == 200
-    assert not any(trickler.cut.is_set() for trickler in tricklers)  # still held, no harm
     for trickler in tricklers:
-        trickler.join(GIVE_UP)
+        assert trickler.cut.wait(GIVE_UP)
+        assert trickler.reply.status == 408, trickler.reply.raw[:200]
+        assert "too slow" in trickler.reply.envelope()["error"]
+        assert 2 <= trickler.sent_drips < 20  # still sending at the cut, cut near 1 s
+    TALLY["slow clients: cut"] += len(tricklers)
 
 
-@pytest.mark.slow  # the body's deadline on a fake clock: test_deadlines
+def test_under_the_loop_a_later_head_on_a_connection_has_the_deadline_too(
+    tmp_path: Path, servers
+) -> None:
+    """A keep-alive connection idle longer than the head deadline after its first
+    request is not cut for it (gunicorn's keep-alive is the idle limit); its next head,
+    once it starts, must be whole within the deadline."""
+    env = {**SLOW, "ZOSCII_API_SERVER": "loop"}
+    server = servers(tmp_path / "data", workers=1, threads=2, env=env)
+    with connect(server.port, timeout=GIVE_UP) as sock:
+        for _ in range(2):
+            sock.sendall(b"GET /?action=scan HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _read_one(sock).startswith(b"HTTP/1.1 200")
+            time.sleep(1.5)  # idle: longer than the head deadline, shorter than keep-alive
+        sock.sendall(b"GET /?action=scan HTTP/1.1\r\nHost: x\r\n")
+        drips = 0
+        while drips < 100 and not _readable(sock, 0.3):
+            sock.sendall(b"a")
+            drips += 1
+        reply = RawReply(read_all(sock))
+    assert reply.status == 408, reply.raw[:200]
+    assert 2 <= drips < 20
+
+
+def _read_one(sock: socket.socket) -> bytes:
+    """One whole answer with a Content-Length, read from a keep-alive connection."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    body = b""
+    while len(body) < length:
+        body += sock.recv(length - len(body))
+    return head + body
+
+
 @pytest.mark.parametrize("kind", ["threads", "loop"])
 def test_a_trickled_body_is_cut_with_408_and_leaves_nothing(
     tmp_path: Path, servers, kind: str

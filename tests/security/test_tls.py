@@ -8,6 +8,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,38 @@ def test_a_stalled_tls_handshake_is_cut(tls_server) -> None:
         assert read_all(tls).startswith(b"HTTP/1.1 200")
     TALLY["tls: requests tried"] += 2
     TALLY["slow clients: cut"] += 1
+
+
+@pytest.mark.slow  # waits for the head deadline
+def test_the_loop_server_cuts_a_stalled_tls_handshake(tmp_path: Path, certificate) -> None:
+    """ZOSCII_API_SERVER=loop: the handshake has the head deadline too (asyncio's own
+    default is 60 s): one byte of a ClientHello, then nothing, is cut."""
+    cert, key = certificate
+    env = {
+        "ZOSCII_TLS_CERT": str(cert),
+        "ZOSCII_TLS_KEY": str(key),
+        "ZOSCII_API_SERVER": "loop",
+        "ZOSCII_HEADER_TIMEOUT_SECONDS": "1",
+    }
+    server = ApiServer(tmp_path / "data", workers=1, env=env)
+    server.url = f"https://127.0.0.1:{server.port}/"
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("SSL_CERT_FILE", str(cert))
+        server.start()
+    try:
+        started = time.monotonic()
+        with connect(server.port, timeout=30) as sock:
+            sock.sendall(b"\x16")
+            while sock.recv(100):  # until the server closes (our own 30 s would raise)
+                pass
+        assert time.monotonic() - started < 15
+        context = ssl.create_default_context(cafile=str(cert))
+        with connect(server.port) as raw, context.wrap_socket(
+            raw, server_hostname="127.0.0.1"
+        ) as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert read_all(tls).startswith(b"HTTP/1.1 200")
+    finally:
+        server.stop()
+    TALLY["slow clients: cut"] += 1
+

@@ -1,5 +1,6 @@
-"""gunicorn's workers as the api runs them: connections spread over the processes;
-gthread with a deadline for the request head.
+"""gunicorn's workers as the api runs them: connections spread over the processes, and
+a deadline for the request head under both (gthread's ``ThreadWorker``; the asgi
+worker's ``LoopWorker`` with its protocol ``HeadDeadline``).
 
 Both worker classes (``ThreadWorker`` for ``ZOSCII_API_SERVER=threads``, ``LoopWorker``
 for ``loop``) keep their count of open connections where their siblings see it and let
@@ -40,6 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gunicorn.asgi.protocol import ASGIProtocol
 from gunicorn.workers import gthread
 from gunicorn.workers.gasgi import ASGIWorker
 
@@ -179,7 +181,13 @@ def _tls_pending(sock: Any) -> bool:
 class LoopWorker(Spreading, ASGIWorker):
     """gunicorn's asgi worker, taking connections one at a time and letting a less busy
     sibling take one first (asyncio's own server accepts up to 100 a wake-up, so one
-    process took a whole burst of clients)."""
+    process took a whole burst of clients), with the head deadline (``HeadDeadline``)."""
+
+    head_timeout: float
+
+    def init_process(self) -> None:
+        self.head_timeout = ApiSettings.from_env().header_timeout_seconds
+        super().init_process()
 
     async def _serve(self) -> None:
         # gunicorn's _serve makes one server per listener with loop.create_server; ours
@@ -195,9 +203,85 @@ class LoopWorker(Spreading, ASGIWorker):
         ssl: ssl.SSLContext | None = None,
         **_ignored: Any,
     ) -> Acceptor:
-        acceptor = Acceptor(self.loop, sock, protocol_factory, ssl, self.defers, self.log)
+        # gunicorn's factory makes its ASGIProtocol; ours is that with the deadline.
+        acceptor = Acceptor(
+            self.loop,
+            sock,
+            lambda: HeadDeadline(self),
+            ssl,
+            self.defers,
+            self.log,
+            handshake_timeout=self.head_timeout,
+        )
         acceptor.start()
         return acceptor
+
+
+class HeadDeadline(ASGIProtocol):
+    """gunicorn's asgi protocol, with the api's head deadline: a request head must be
+    whole within ``ZOSCII_HEADER_TIMEOUT_SECONDS`` of its first byte, else 408 and the
+    connection closed, as under ``ThreadWorker`` (and a TLS handshake within the same
+    time: ``Acceptor``). gunicorn's own timers do not cover it: its keep-alive timer
+    cuts a connection idle between requests (closed, no answer), but not one whose
+    first head trickles in, which held its connection for as long as it kept sending.
+
+    A connection is between requests from its start and from each request's end to
+    the next head (``_on_message_complete``, ``_on_headers_complete``: gunicorn's
+    parser calls them, both parsers); the first byte it receives then starts the clock.
+    An idle connection is gunicorn's keep-alive business, not this deadline's."""
+
+    worker: LoopWorker
+    _head_timer: asyncio.TimerHandle | None = None
+    _between_requests = True
+    _heads = 0  # request heads completed on the connection
+
+    def data_received(self, data: bytes) -> None:
+        if not (self._between_requests and self._head_timer is None and data):
+            super().data_received(data)
+            return
+        heads = self._heads
+        super().data_received(data)
+        # The clock starts only for a head these bytes began and did not finish (most
+        # heads come whole in one read: no timer to arm and cancel for them).
+        if self._heads == heads and self._between_requests and not self._closed:
+            self._head_timer = self.worker.loop.call_later(
+                self.worker.head_timeout, self._head_too_slow
+            )
+
+    def _on_headers_complete(self) -> bool:
+        self._between_requests = False
+        self._heads += 1
+        self._cancel_head_timer()
+        return bool(super()._on_headers_complete())
+
+    def _on_message_complete(self) -> None:
+        self._between_requests = True
+        super()._on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if self._closed:
+            return
+        if not self._awaiting_request:  # a head read ahead while the last one is answered
+            self._head_timer = self.worker.loop.call_later(
+                self.worker.head_timeout, self._head_too_slow
+            )
+            return
+        self.log.info(
+            "closing a connection: request head not complete in %s s", self.worker.head_timeout
+        )
+        self.transport.write(TIMEOUT_REPLY)
+        self._close_transport()
+        self._request_ready.set()  # (as gunicorn's keep-alive timeout: the loop sees it closed)
 
 
 class Acceptor:
@@ -213,9 +297,12 @@ class Acceptor:
         tls: ssl.SSLContext | None,
         defers: Callable[[], bool],
         log: Any,
+        *,
+        handshake_timeout: float | None = None,
     ) -> None:
         self.loop, self.sock, self.factory, self.tls = loop, sock, protocol_factory, tls
         self.defers, self.log = defers, log
+        self.handshake_timeout = handshake_timeout
         self._deferred = False
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
@@ -251,7 +338,12 @@ class Acceptor:
             return
         conn.setblocking(False)
         task = self.loop.create_task(
-            self.loop.connect_accepted_socket(self.factory, conn, ssl=self.tls)
+            self.loop.connect_accepted_socket(
+                self.factory,
+                conn,
+                ssl=self.tls,
+                ssl_handshake_timeout=self.handshake_timeout if self.tls else None,
+            )
         )
         task.add_done_callback(self._connected)
 
