@@ -139,6 +139,42 @@ def test_under_the_loop_a_later_head_on_a_connection_has_the_deadline_too(
     assert 2 <= drips < 20
 
 
+def test_under_the_loop_a_head_sent_during_a_long_poll_is_timed_after_its_answer(
+    tmp_path: Path, servers
+) -> None:
+    """A head that starts while the connection's last request is still being answered (a
+    fetch waiting for a message) is not cut in the middle of that answer: the fetch is
+    answered first, then the trickled head gets its 408."""
+    env = {**SLOW, "ZOSCII_API_SERVER": "loop"}
+    # 8 threads: a worker lets a fetch wait only while 4 of its threads stay free
+    server = servers(tmp_path / "data", workers=1, threads=8, env=env)
+    requests.get(server.url, params={"action": "publish", "q": "w", "msg": "first"})
+    first = requests.get(server.url, params={"action": "fetch", "q": "w"})
+    after = first.headers["Content-Disposition"].split('"')[1]
+    waiting = f"GET /?action=fetch&q=w&after={after}&wait=3 HTTP/1.1\r\nHost: x\r\n\r\n"
+    with connect(server.port, timeout=GIVE_UP) as sock:
+        started = time.monotonic()
+        sock.sendall(waiting.encode())
+        time.sleep(0.5)
+        sock.sendall(b"GET /?action=scan HTTP/1.1\r\nHost: x\r\n")
+        while time.monotonic() - started < 2.5:  # past the head deadline, still waiting
+            try:
+                sock.sendall(b"a")
+            except OSError as exc:
+                pytest.fail(f"cut while its last request was still being answered: {exc}")
+            time.sleep(0.3)
+        answered = _read_one(sock)
+        assert time.monotonic() - started >= 2.9  # the fetch waited its 3 s
+        assert not answered.startswith(b"HTTP/1.1 408"), answered[:200]
+        drips = 0
+        while drips < 100 and not _readable(sock, 0.3):
+            sock.sendall(b"a")
+            drips += 1
+        reply = RawReply(read_all(sock))
+    assert reply.status == 408, reply.raw[:200]
+    assert drips < 20
+
+
 def _read_one(sock: socket.socket) -> bytes:
     """One whole answer with a Content-Length, read from a keep-alive connection."""
     head = b""
