@@ -130,11 +130,7 @@ def test_under_the_loop_a_later_head_on_a_connection_has_the_deadline_too(
             assert _read_one(sock).startswith(b"HTTP/1.1 200")
             time.sleep(1.5)  # idle: longer than the head deadline, shorter than keep-alive
         sock.sendall(b"GET /?action=scan HTTP/1.1\r\nHost: x\r\n")
-        drips = 0
-        while drips < 100 and not _readable(sock, 0.3):
-            sock.sendall(b"a")
-            drips += 1
-        reply = RawReply(read_all(sock))
+        drips, reply = _drip_until_answered(sock)
     assert reply.status == 408, reply.raw[:200]
     assert 2 <= drips < 20
 
@@ -166,13 +162,19 @@ def test_under_the_loop_a_head_sent_during_a_long_poll_is_timed_after_its_answer
         answered = _read_one(sock)
         assert time.monotonic() - started >= 2.9  # the fetch waited its 3 s
         assert not answered.startswith(b"HTTP/1.1 408"), answered[:200]
-        drips = 0
-        while drips < 100 and not _readable(sock, 0.3):
-            sock.sendall(b"a")
-            drips += 1
-        reply = RawReply(read_all(sock))
+        drips, reply = _drip_until_answered(sock)
     assert reply.status == 408, reply.raw[:200]
     assert drips < 20
+
+
+def _drip_until_answered(sock: socket.socket) -> tuple[int, RawReply]:
+    """Send a byte every 0.3 s until the server answers (at most 100); how many were
+    sent, and everything the server sent until it closed."""
+    drips = 0
+    while drips < 100 and not _readable(sock, 0.3):
+        sock.sendall(b"a")
+        drips += 1
+    return drips, RawReply(read_all(sock))
 
 
 def _read_one(sock: socket.socket) -> bytes:

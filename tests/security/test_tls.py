@@ -84,13 +84,8 @@ def test_the_loop_server_speaks_https_too(tmp_path: Path, certificate) -> None:
     """ZOSCII_API_SERVER=loop: its own accept loop (gunicorn_worker.Acceptor) hands each
     connection to gunicorn's protocol with the TLS context; a small and a large publish,
     a fetch, over verified HTTPS."""
-    cert, key = certificate
-    env = {"ZOSCII_TLS_CERT": str(cert), "ZOSCII_TLS_KEY": str(key), "ZOSCII_API_SERVER": "loop"}
-    server = ApiServer(tmp_path / "data", workers=2, env=env)
-    server.url = f"https://127.0.0.1:{server.port}/"
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setenv("SSL_CERT_FILE", str(cert))
-        server.start()
+    cert, _ = certificate
+    server = _loop_server(tmp_path, certificate, workers=2)
     try:
         session, verify = requests.Session(), str(cert)
         # Bodies of 100 KB one after another on the same connection: under uvloop most
@@ -141,18 +136,8 @@ def test_a_stalled_tls_handshake_is_cut(tls_server) -> None:
 def test_the_loop_server_cuts_a_stalled_tls_handshake(tmp_path: Path, certificate) -> None:
     """ZOSCII_API_SERVER=loop: the handshake has the head deadline too (asyncio's own
     default is 60 s): one byte of a ClientHello, then nothing, is cut."""
-    cert, key = certificate
-    env = {
-        "ZOSCII_TLS_CERT": str(cert),
-        "ZOSCII_TLS_KEY": str(key),
-        "ZOSCII_API_SERVER": "loop",
-        "ZOSCII_HEADER_TIMEOUT_SECONDS": "1",
-    }
-    server = ApiServer(tmp_path / "data", workers=1, env=env)
-    server.url = f"https://127.0.0.1:{server.port}/"
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setenv("SSL_CERT_FILE", str(cert))
-        server.start()
+    cert, _ = certificate
+    server = _loop_server(tmp_path, certificate, workers=1, ZOSCII_HEADER_TIMEOUT_SECONDS="1")
     try:
         started = time.monotonic()
         with connect(server.port, timeout=30) as sock:
@@ -169,4 +154,18 @@ def test_the_loop_server_cuts_a_stalled_tls_handshake(tmp_path: Path, certificat
     finally:
         server.stop()
     TALLY["slow clients: cut"] += 1
+
+
+def _loop_server(
+    tmp_path: Path, certificate: tuple[Path, Path], *, workers: int, **env: str
+) -> ApiServer:
+    """The loop server (ZOSCII_API_SERVER=loop) on HTTPS with ``certificate``, started."""
+    cert, key = certificate
+    env |= {"ZOSCII_TLS_CERT": str(cert), "ZOSCII_TLS_KEY": str(key), "ZOSCII_API_SERVER": "loop"}
+    server = ApiServer(tmp_path / "data", workers=workers, env=env)
+    server.url = f"https://127.0.0.1:{server.port}/"
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("SSL_CERT_FILE", str(cert))
+        server.start()
+    return server
 
