@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import multiprocessing
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.support.locks import held_by_another_process
 from tests.support.queues import queue_contents, uploads_of
 from zoscii_api.gather import MAX_CONTENDED, Gathered
 from zosciimq.core import DataDir, QueueStore
@@ -225,12 +224,6 @@ def test_a_flush_that_fails_in_its_thread_refuses_the_group_and_leaves_nothing(
     assert list(store.data_dir.temp.iterdir()) == []
 
 
-def _hold_lock_in_child(path: str, held: Any, done: Any) -> None:
-    with FileLock(path):
-        held.set()
-        done.wait(10)
-
-
 def test_a_queue_another_process_committed_to_lately_flushes_on_the_loop(
     store: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,29 +236,22 @@ def test_a_queue_another_process_committed_to_lately_flushes_on_the_loop(
     gathered.requests = 3  # others in hand: without the rule, the flush would go to a thread
     gathered._contention.update({f"gone{i}": 0.0 for i in range(MAX_CONTENDED)})
     loop_thread = threading.current_thread().name
-    context = multiprocessing.get_context("fork")
-    held, done = context.Event(), context.Event()
-    path = str(store.data_dir.queue_lock_path("q"))
-    other = context.Process(target=_hold_lock_in_child, args=(path, held, done))
-    other.start()
 
-    async def main() -> None:
-        assert held.wait(10)
+    async def main(let_go: Callable[[], None]) -> None:
         blocked = messages(store, b"behind a lock")
         waiting = asyncio.ensure_future(
             gathered.publish("q", blocked, release=lambda: released(blocked))
         )
         await asyncio.sleep(0.1)
-        done.set()
+        let_go()
         await waiting
         after = messages(store, b"after")
         await gathered.publish("q", after, release=lambda: released(after))
 
     try:
-        asyncio.run(main())
+        with held_by_another_process(store.data_dir.queue_lock_path("q")) as let_go:
+            asyncio.run(main(let_go))
     finally:
-        done.set()
-        other.join(10)
         gathered.close()
     first, second = flushes.threads
     assert first != loop_thread  # the commit that waited for the lock, in its thread

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+from tests.support.locks import held_by_another_process
 from zosciimq.core import locking
 from zosciimq.core.locking import FileLock
 
@@ -117,12 +118,6 @@ def test_try_acquire_says_no_while_another_thread_holds_it(tmp_path: Path) -> No
     assert os.path.exists(path)
 
 
-def _hold_in_child(path: str, held, done) -> None:
-    with FileLock(path):
-        held.set()
-        done.wait(10)
-
-
 def test_holder_tells_this_process_from_another_whatever_instance_holds_it(
     tmp_path: Path,
 ) -> None:
@@ -135,16 +130,8 @@ def test_holder_tells_this_process_from_another_whatever_instance_holds_it(
     with FileLock(path):
         assert asking.holder() == "here"
     assert asking.holder() == ""
-    context = multiprocessing.get_context("fork")
-    held, done = context.Event(), context.Event()
-    child = context.Process(target=_hold_in_child, args=(str(path), held, done))
-    child.start()
-    try:
-        assert held.wait(10)
+    with held_by_another_process(path):
         assert asking.holder() == "elsewhere"
-    finally:
-        done.set()
-        child.join(10)
     assert asking.holder() == ""
     assert asking.try_acquire()
     asking.release()
