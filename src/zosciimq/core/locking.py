@@ -221,23 +221,13 @@ class FileLock:
         through any instance of the path ("here": the process-wide thread lock is
         taken), or another process ("elsewhere"). A hint for a caller that must not
         wait, such as an event loop: it may change at once. Costs two ``lockf`` calls
-        when nobody holds it."""
+        when nobody holds it (taken and let go)."""
         lock = _TABLE.enter(self._key)
         try:
-            if not lock.thread_lock.acquire(blocking=False):
-                return "here"
-            try:
-                fd = lock.descriptor()
-                try:
-                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as exc:
-                    if exc.errno in (errno.EACCES, errno.EAGAIN):
-                        return "elsewhere"
-                    raise
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-                return ""
-            finally:
-                lock.thread_lock.release()
+            who = _take_now(lock)
+            if not who:
+                _let_go(lock)
+            return who
         finally:
             _TABLE.leave(lock)
 
@@ -248,34 +238,24 @@ class FileLock:
         (a replication job already running in another container).
         """
         lock = _TABLE.enter(self._key)
-        taken = False
         try:
-            if lock.thread_lock.acquire(blocking=False):
-                try:
-                    fcntl.lockf(lock.descriptor(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    taken = True
-                except OSError as exc:
-                    if exc.errno not in (errno.EACCES, errno.EAGAIN):
-                        raise
-                finally:
-                    if not taken:
-                        lock.thread_lock.release()
-        finally:
-            if not taken:
-                _TABLE.leave(lock)
-        if taken:
-            self._lock = lock
-        return taken
+            taken = not _take_now(lock)
+        except BaseException:
+            _TABLE.leave(lock)
+            raise
+        if not taken:
+            _TABLE.leave(lock)
+            return False
+        self._lock = lock
+        return True
 
     def release(self) -> None:
         lock, self._lock = self._lock, None
         if lock is None:
             return
         try:
-            if lock.fd is not None:
-                fcntl.lockf(lock.fd, fcntl.LOCK_UN)
+            _let_go(lock)
         finally:
-            lock.thread_lock.release()
             _TABLE.leave(lock)
 
     def __enter__(self) -> FileLock:
@@ -289,6 +269,30 @@ class FileLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def _take_now(lock: _ProcessLock) -> Holder:
+    """Take ``lock`` (its thread lock, then the file's) if nobody holds it, without
+    waiting: "" when the caller holds it now, else who does."""
+    if not lock.thread_lock.acquire(blocking=False):
+        return "here"
+    try:
+        fcntl.lockf(lock.descriptor(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException as exc:
+        lock.thread_lock.release()
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EAGAIN):
+            return "elsewhere"
+        raise
+    return ""
+
+
+def _let_go(lock: _ProcessLock) -> None:
+    """Release what ``_take_now`` or ``acquire`` took: the file's lock, then the thread's."""
+    try:
+        if lock.fd is not None:
+            fcntl.lockf(lock.fd, fcntl.LOCK_UN)
+    finally:
+        lock.thread_lock.release()
 
 
 class LockSet:
