@@ -11,12 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gunicorn_h1c
 import pytest
 import requests
+from gunicorn.asgi.protocol import ASGIProtocol
+from gunicorn.config import Config
 
 from tests.support.api_server import ApiServer
 from tests.support.queues import queue_contents, read_queue
 from zoscii_api.asgi import FAST_BODY_BYTES
+from zoscii_api.gunicorn_worker import HeadDeadline
 from zosciimq.protocol import FRAME_END, FRAMED_BATCH, frame_head
 
 RAW = {"Content-Type": "application/octet-stream"}
@@ -261,3 +265,18 @@ def test_a_publish_needs_no_thread_on_the_loop(
         assert queue_contents(server.data_dir, "slow")[0][1] == b"first second"
     finally:
         server.stop()
+
+
+def test_the_loop_server_parses_with_gunicorns_c_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``http_parser = "auto"`` (services/api/gunicorn.conf.py) with gunicorn_h1c installed:
+    the loop server's protocol, a subclass of gunicorn's, gets the C parser as gunicorn's
+    own does. gunicorn keeps its check's answer on the class it was asked through and reads
+    it from the base class: asked through the subclass, it took the Python parser."""
+    for name, value in [("_h1c_available", None), ("_h1c_has_limits", False)]:
+        monkeypatch.setattr(ASGIProtocol, name, value)  # as in a new worker: not yet checked
+    monkeypatch.setattr(ASGIProtocol, "_h1c_protocol_class", None)
+    protocol = HeadDeadline.__new__(HeadDeadline)  # the choice reads only the configuration
+    protocol.cfg = Config()
+    protocol.cfg.set("http_parser", "auto")
+    protocol._setup_callback_parser()
+    assert isinstance(protocol._callback_parser, gunicorn_h1c.H1CProtocol)

@@ -248,6 +248,14 @@ class HeadDeadline(ASGIProtocol):
                 self.worker.head_timeout, self._head_too_slow
             )
 
+    @classmethod
+    def _check_h1c_protocol_available(cls) -> bool:
+        # gunicorn keeps what it finds out about its C parser on the class it is asked
+        # through, then reads it from ASGIProtocol when it picks a parser: asked through
+        # this subclass, ``http_parser = "auto"`` took the Python parser for good, with
+        # gunicorn_h1c installed. Asked through ASGIProtocol, the answer is where it is read.
+        return bool(ASGIProtocol._check_h1c_protocol_available())
+
     def _on_headers_complete(self) -> bool:
         self._between_requests = False
         self._heads += 1
