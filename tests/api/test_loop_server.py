@@ -295,7 +295,10 @@ def test_a_request_line_too_long_is_refused_after_an_empty_line_too(
         for lead, size in [(b"", 9_000), (b"\r\n", 9_000), (b"\r\n", 1 << 20)]:
             with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
                 line = b"GET /?action=scan&pad=" + b"a" * size + b" HTTP/1.1\r\n"
-                sock.sendall(lead + line + b"Host: x\r\n\r\n")
+                try:
+                    sock.sendall(lead + line + b"Host: x\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # refused before the rest was read: its answer is waiting
                 status = sock.recv(4096).split(b"\r\n", 1)[0]
             # 414; a head of a megabyte is also over the head's limit: 431 (threads)
             assert status.split(b" ")[1] in (b"414", b"431"), (lead, size, status)
