@@ -168,4 +168,3 @@ def _loop_server(
         patched.setenv("SSL_CERT_FILE", str(cert))
         server.start()
     return server
-
